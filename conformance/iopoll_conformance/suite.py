@@ -1,0 +1,21 @@
+"""``ConformanceSuite``: every rule group in one class, so that nobody misses a new group."""
+
+from __future__ import annotations
+
+
+class ConformanceSuite:
+    """Subclass this in a pytest module to run the whole suite against an implementation::
+
+        # test_my_poll.py   (run with: pytest -p iopoll_conformance.plugin)
+        from iopoll_conformance import ConformanceSuite
+
+        class TestMyPoll(ConformanceSuite):
+            impl = "mypkg.poll"          # module exposing the iopoll names
+            # backend_name = "EPOLL"     # optional: one backend instead of all available
+
+    Each rule group is a mixin in ``iopoll_conformance.groups``; this class inherits them
+    all, and new groups are added here.
+    """
+
+    impl: str | None = None
+    backend_name: str | None = None

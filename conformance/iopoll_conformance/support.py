@@ -1,0 +1,84 @@
+"""Fixtures' building blocks: capabilities, OS objects and small helpers for the rules."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the backend under test can do, discovered through the public API only.
+
+    Rules that need a missing capability are skipped, never failed.
+    """
+
+    edge_triggering: bool
+    priority: bool
+    read_hangup: bool
+    # SELECT semantics (SPEC 6.11 and 7): hang-up found by peeking, FD_SETSIZE limit.
+    select_semantics: bool
+    # Whether wait() takes float and timedelta timeouts (the polyfill takes whole seconds).
+    float_timeouts: bool
+    # Whether regular files and /dev/null can be added (always ready); EPOLL refuses them.
+    regular_files: bool
+
+    @classmethod
+    def discover(cls, api: ModuleType, backend: Any) -> Capabilities:
+        """Probe ``api`` and ``backend`` (a member of ``api.Backend``)."""
+        read_hangup = getattr(backend, "supports_read_hangup", None)
+        with api.Context(backend) as ctx:
+            try:
+                ctx.wait(0.0)
+                float_timeouts = True
+            except TypeError:
+                float_timeouts = False
+        return cls(
+            edge_triggering=backend.supports_edge_triggering(),
+            priority=backend.supports_priority(),
+            read_hangup=(
+                read_hangup()
+                if read_hangup is not None
+                else backend.name == "EPOLL" or (backend.name == "POLL" and sys.platform == "linux")
+            ),
+            select_semantics=backend.name == "SELECT",
+            float_timeouts=float_timeouts,
+            regular_files=backend.name != "EPOLL",
+        )
+
+
+def socketpair() -> tuple[socket.socket, socket.socket]:
+    """A non-blocking AF_UNIX stream pair."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    return a, b
+
+
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected, non-blocking loopback TCP pair (client, server side)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    client.setblocking(False)
+    server.setblocking(False)
+    return client, server
+
+
+def short_wait(ctx: Any, max_events: int | None = None) -> list[Any]:
+    """A 200 ms wait in the form every implementation accepts (whole seconds + µs)."""
+    return list(ctx.wait(0, 200_000, max_events))
+
+
+def poll_now(ctx: Any, max_events: int | None = None) -> list[Any]:
+    """A zero-timeout wait."""
+    return list(ctx.wait(0, 0, max_events))
+
+
+def reported(watchers: Iterable[Any]) -> dict[Any, Any]:
+    """``{watcher.data: watcher.triggered_events}`` for a wait's result."""
+    return {w.data: w.triggered_events for w in watchers}

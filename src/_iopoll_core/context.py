@@ -1,0 +1,509 @@
+"""``Context``: the backend-independent bookkeeping around one OS ``Mechanism``.
+
+Everything that is not "talk to the OS" lives here, once, for every backend: the watchers
+keyed by fd, one-shot state, ``max_events`` leftovers, retiring watchers whose stream was
+closed, TLS-buffered bytes, argument validation and fork safety.
+
+Closed streams.  Python has no hook that runs when a socket or file is closed, so a closed
+stream is noticed lazily: when ``wait()`` reports its fd, when its fd number is added again,
+or when the watcher itself is asked (``is_active``, ``modify``, ``remove``).  A watcher's
+handle is alive while its ``fileno()`` still answers the fd it was added with.  epoll keys
+registrations by (fd number, open file), so a closed fd whose file a ``dup`` keeps open
+leaves a registration nothing can delete; when one may exist, the OS object is rebuilt from
+the watchers (``_rebuild``).  That is O(watchers), and it happens only after a watched
+stream was closed without ``remove()``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any, ClassVar, NoReturn
+
+from .arguments import FOREVER, check_max_events, timeout_seconds
+from .backend import BackendBase, Mechanism
+from .errors import (
+    BackendUnavailableError,
+    FailedContextInitializationError,
+    FailedHandleAddError,
+    FailedPollOperationError,
+    FailedPollWaitError,
+    FailedWatcherModificationError,
+    HandleAlreadyWatchedError,
+    InactiveWatcherError,
+    InvalidHandleError,
+    PollError,
+    Refusal,
+    code_for_errno,
+)
+from .events import Event, ErrorCode, coerce_events
+from .handles import Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
+from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
+
+__all__ = ["Context"]
+
+# epoll and kqueue allocate their result array per call: cap what one call asks for.
+_OS_BATCH = 4096
+
+_contexts: weakref.WeakSet[Context] = weakref.WeakSet()
+
+
+def _forget_contexts_after_fork() -> None:
+    # The child shares the parent's epoll/kqueue object: touching it would change the
+    # parent's registrations, so every inherited context becomes unusable here.
+    for context in list(_contexts):
+        context._usable = None
+        context._forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_contexts_after_fork)
+
+
+def _alive(watcher: Watcher) -> bool:
+    try:
+        return watcher._probe() == watcher._fd
+    except (OSError, ValueError):
+        return False
+
+
+class Context(_Uncopyable):
+    """Watches handles and reports which are ready.
+
+    Use it as a context manager, or call ``close()``, to release the OS object.  Not
+    thread-safe: use one context per thread, or your own lock.
+    """
+
+    __slots__ = (
+        "_backend",
+        "_mechanism",
+        "_usable",
+        "_forked",
+        "_closed",
+        "_self_ref",
+        "_watchers",
+        "_buffered",
+        "_stale_fds",
+        "_leftovers",
+        "__weakref__",
+    )
+
+    # Set by each implementation: the Backend enum whose members it accepts.
+    _backend_type: ClassVar[type[BackendBase]]
+
+    _backend: BackendBase
+    _mechanism: Mechanism | None  # None once closed
+    _usable: Mechanism | None  # None once closed, or in a forked child
+    _watchers: dict[int, Watcher]
+    _buffered: dict[int, Watcher]  # watchers whose stream can hold bytes (pending())
+    _stale_fds: set[int]  # fds the OS may still hold registrations for
+    _leftovers: dict[int, int]  # fd -> raw bits cut by max_events (0: ask the OS again)
+
+    def __init__(self, backend: BackendBase) -> None:
+        if getattr(self, "_self_ref", None) is not None:
+            raise TypeError("Context.__init__ cannot be called twice")
+        if not isinstance(backend, self._backend_type):
+            raise TypeError(
+                f"backend must be a {self._backend_type.__qualname__}, "
+                f"not {type(backend).__name__}"
+            )
+        mechanism_class = backend.mechanism()
+        if mechanism_class is None:
+            raise BackendUnavailableError(f"Backend {backend.name} is not available")
+        try:
+            mechanism = mechanism_class()
+        except OSError as exc:
+            raise FailedContextInitializationError(
+                f"Failed to initialize polling context: {exc.strerror or exc}",
+                code_for_errno(exc.errno),
+                exc.errno,
+            ) from exc
+        self._backend = backend.resolve()
+        self._mechanism = self._usable = mechanism
+        self._forked = False
+        self._closed = False
+        self._self_ref = weakref.ref(self)
+        self._watchers = {}
+        self._buffered = {}
+        self._stale_fds = set()
+        self._leftovers = {}
+        _contexts.add(self)
+
+    # -- public API -------------------------------------------------------------------
+
+    @property
+    def backend(self) -> BackendBase:
+        """The concrete backend in use (never ``AUTO``)."""
+        return self._backend
+
+    def __len__(self) -> int:
+        """The number of active watchers (O(watchers): it checks each one's stream)."""
+        return sum(1 for watcher in list(self._watchers.values()) if self._check_alive(watcher))
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._watchers)} watchers"
+        return f"<{type(self).__name__} backend={self._backend.name} {state}>"
+
+    def close(self) -> None:
+        """Deactivate every watcher and release the OS object.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for watcher in self._watchers.values():
+            watcher._state = REMOVED
+        self._watchers.clear()
+        self._buffered.clear()
+        self._leftovers.clear()
+        mechanism, self._mechanism, self._usable = self._mechanism, None, None
+        if mechanism is not None:
+            mechanism.close()
+
+    def add(
+        self,
+        handle: Handle | HasFileno | int,
+        events: Event | Iterable[Event],
+        data: Any = None,
+    ) -> Watcher:
+        """Watch ``handle`` for ``events`` and return the new ``Watcher``.
+
+        ``handle`` is a ``Handle`` or anything ``StreamPollHandle`` accepts (wrapped for
+        you).  Raises ``HandleAlreadyWatchedError`` if its fd is already watched here,
+        ``InvalidHandleError`` if it has no usable fd, and ``FailedHandleAddError`` if the
+        backend refuses it.
+        """
+        mechanism = self._usable_mechanism(FailedHandleAddError)
+        if not isinstance(handle, Handle):
+            if isinstance(handle, bool) or not isinstance(handle, (int, HasFileno)):
+                raise TypeError(
+                    "handle must be a Handle, an object with fileno() or an int fd, "
+                    f"not {type(handle).__name__}"
+                )
+            if isinstance(handle, int) and handle < 0:
+                raise ValueError(f"handle must be a file descriptor >= 0, not {handle}")
+            handle = StreamPollHandle(handle)
+        wanted = coerce_events(events)
+        self._check_supported(mechanism, wanted, FailedHandleAddError)
+        try:
+            fd = handle.fileno()
+        except (OSError, ValueError) as exc:
+            raise InvalidHandleError(f"Invalid handle for polling: {exc}") from exc
+        if type(fd) is not int or fd < 0 or (
+            isinstance(handle, StreamPollHandle) and not handle.is_valid()
+        ):
+            raise InvalidHandleError("Invalid handle for polling: its stream is closed")
+
+        existing = self._watchers.get(fd)
+        if existing is not None:
+            if _alive(existing):
+                raise HandleAlreadyWatchedError(f"Handle already added (fd {fd})")
+            self._retire(existing)
+        if fd in self._stale_fds:
+            mechanism = self._rebuild()
+        try:
+            mechanism.register(fd, wanted)
+        except (OSError, Refusal) as exc:
+            raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
+
+        watcher = Watcher._make(self._self_ref, fd, handle, fd_probe(handle), wanted, data)
+        self._watchers[fd] = watcher
+        if callable(getattr(getattr(handle, "stream", None), "pending", None)):
+            self._buffered[fd] = watcher
+        return watcher
+
+    def wait(
+        self,
+        timeout: float | timedelta | None = None,
+        microseconds: int = 0,
+        max_events: int | None = None,
+    ) -> list[Watcher]:
+        """Wait until watchers are ready and return them, one entry per watcher.
+
+        ``timeout`` is ``None`` (until something is ready), seconds as ``int`` or
+        ``float``, or a ``timedelta``; ``microseconds`` is added to it.  At most
+        ``max_events`` watchers are returned; the rest stay ready for the next call.
+
+        A context holding only fired one-shot watchers has nothing that can become ready:
+        ``wait(None)`` then blocks until a signal handler raises.
+        """
+        mechanism = self._usable
+        if mechanism is None:
+            self._raise_unusable(FailedPollWaitError)
+        if timeout is None and type(microseconds) is int and microseconds == 0:
+            seconds = FOREVER
+        else:
+            seconds = timeout_seconds(timeout, microseconds)
+        limit = check_max_events(max_events)
+
+        if not self._watchers:
+            if seconds > 0:
+                time.sleep(seconds)
+            return []
+        if self._buffered or self._leftovers or seconds > mechanism.max_timeout:
+            return self._wait_slowly(mechanism, seconds, limit)
+        try:
+            raw = mechanism.poll(seconds, limit if limit < _OS_BATCH else -1)
+        except OSError as exc:
+            raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+        return self._collect(mechanism, raw, limit) if raw else []
+
+    # -- wait() internals ----------------------------------------------------------------
+
+    def _collect(self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int) -> list[Watcher]:
+        """Turn the OS's ``(fd, bits)`` pairs into watchers, updating their state.
+
+        This is the hot path: it allocates only the list it returns.
+        """
+        watchers = self._watchers
+        decode = mechanism.decode
+        invalid_fd_bit = mechanism.invalid_fd_bit
+        disarm = None if mechanism.disarms_reported_oneshots else mechanism.disarm
+        ready: list[Watcher] = []
+        found_stale = False
+        for fd, bits in raw:
+            watcher = watchers.get(fd)
+            if watcher is None:
+                # No watcher, yet the OS reports it: a registration we could not delete.
+                found_stale = True
+                continue
+            try:
+                alive = watcher._probe() == fd
+            except (OSError, ValueError):
+                alive = False
+            if not alive:
+                # Its stream was closed; the report came from a dup or a reused fd number.
+                self._retire(watcher)
+                found_stale = found_stale or fd in self._stale_fds
+                continue
+            if len(ready) == limit:
+                self._leftovers[fd] = self._kept_bits(mechanism, watcher, bits)
+                continue
+            watcher._triggered = decode[bits]
+            if bits & invalid_fd_bit:
+                # Closed behind the handle's back (POLLNVAL): report it this once only.
+                self._retire(watcher)
+            elif watcher._oneshot:
+                watcher._armed = False
+                if disarm is not None:
+                    disarm(fd)
+            ready.append(watcher)
+        if found_stale:
+            self._rebuild()
+        return ready
+
+    @staticmethod
+    def _kept_bits(mechanism: Mechanism, watcher: Watcher, bits: int) -> int:
+        # A level report comes back from the OS by itself; an edge, or a one-shot the OS
+        # already disarmed, would be lost, so its bits are kept for the next wait.
+        if watcher._events & Event.EDGE_TRIGGERED or (
+            watcher._oneshot and mechanism.disarms_reported_oneshots
+        ):
+            return bits
+        return 0
+
+    def _wait_slowly(self, mechanism: Mechanism, seconds: float, limit: int) -> list[Watcher]:
+        """``wait()`` with buffered bytes, leftovers, or a timeout longer than one OS call."""
+        buffered = self._buffered_watchers()
+        if buffered or any(self._leftovers.values()):
+            seconds = 0.0
+        room = limit - len(buffered)
+        raw: list[tuple[int, int]] = []
+        if room > 0:
+            raw = self._poll_for(mechanism, seconds, room)
+        if self._leftovers:
+            raw = self._leftovers_first(raw)
+        ready = self._collect(mechanism, raw, max(room, 0)) if raw else []
+        if not buffered:
+            return ready
+        read = Event.READ
+        for watcher in ready:
+            if self._buffered.get(watcher._fd) is watcher and watcher in buffered:
+                watcher._triggered |= read
+                buffered.remove(watcher)
+        for watcher in buffered[: limit - len(ready)]:
+            watcher._triggered = read
+            if watcher._oneshot:
+                watcher._armed = False
+                self._disarm(watcher)
+            ready.append(watcher)
+        return ready
+
+    def _buffered_watchers(self) -> list[Watcher]:
+        """Level ``READ`` watchers whose stream holds bytes the fd no longer shows."""
+        found = []
+        for watcher in list(self._buffered.values()):
+            if not watcher._armed or watcher._events & Event.EDGE_TRIGGERED:
+                continue
+            if not watcher._events & Event.READ:
+                continue
+            if not _alive(watcher):
+                self._retire(watcher)
+                continue
+            stream: Any = getattr(watcher._handle, "stream", None)
+            try:
+                pending = stream.pending()
+            except (OSError, ValueError):
+                continue
+            if pending > 0:
+                found.append(watcher)
+        return found
+
+    def _poll_for(self, mechanism: Mechanism, seconds: float, limit: int) -> list[tuple[int, int]]:
+        """Poll the OS, looping when ``seconds`` is longer than one call can wait."""
+        os_limit = limit if limit < _OS_BATCH else -1
+        try:
+            if seconds <= mechanism.max_timeout:
+                return mechanism.poll(seconds, os_limit)
+            deadline = time.monotonic() + seconds
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                raw = mechanism.poll(min(remaining, mechanism.max_timeout), os_limit)
+                if raw:
+                    return raw
+        except OSError as exc:
+            raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+
+    def _leftovers_first(self, raw: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Put what ``max_events`` cut last time ahead of the rest, so nothing starves."""
+        reported = dict(raw)
+        ordered = []
+        for fd, kept in self._leftovers.items():
+            bits = reported.pop(fd, 0) | kept
+            if bits:
+                ordered.append((fd, bits))
+        self._leftovers = {}
+        ordered.extend(reported.items())
+        return ordered
+
+    # -- watcher bookkeeping ------------------------------------------------------------
+
+    def _check_alive(self, watcher: Watcher) -> bool:
+        """Whether the watcher's stream is still open; retires it if not."""
+        if watcher._state != ACTIVE:
+            return False
+        if _alive(watcher):
+            return True
+        self._retire(watcher)
+        return False
+
+    def _retire(self, watcher: Watcher) -> None:
+        """Drop a watcher whose stream was closed (or whose fd became invalid)."""
+        watcher._state = RETIRED
+        fd = watcher._fd
+        if self._watchers.get(fd) is not watcher:
+            return
+        del self._watchers[fd]
+        self._buffered.pop(fd, None)
+        self._leftovers.pop(fd, None)
+        mechanism = self._usable
+        if mechanism is not None and not mechanism.unregister(fd):
+            self._stale_fds.add(fd)
+
+    def _rebuild(self) -> Mechanism:
+        """Replace the OS object with a fresh one holding only the live watchers."""
+        old = self._usable
+        assert old is not None
+        fresh = type(old)()
+        for fd, watcher in list(self._watchers.items()):
+            if not _alive(watcher):
+                watcher._state = RETIRED
+                del self._watchers[fd]
+                self._buffered.pop(fd, None)
+                continue
+            if watcher._armed:
+                try:
+                    fresh.register(fd, watcher._events)
+                except (OSError, Refusal):
+                    watcher._state = RETIRED
+                    del self._watchers[fd]
+                    self._buffered.pop(fd, None)
+        old.close()
+        self._mechanism = self._usable = fresh
+        self._stale_fds.clear()
+        self._leftovers.clear()
+        return fresh
+
+    def _disarm(self, watcher: Watcher) -> None:
+        mechanism = self._usable
+        if mechanism is not None:
+            mechanism.disarm(watcher._fd)
+
+    def _check_modifiable(self, watcher: Watcher) -> Mechanism:
+        mechanism = self._usable_mechanism(FailedWatcherModificationError)
+        if not self._check_alive(watcher):
+            raise InactiveWatcherError("Cannot modify inactive watcher")
+        return mechanism
+
+    def _modify(self, watcher: Watcher, events: Event | Iterable[Event]) -> None:
+        wanted = coerce_events(events)
+        mechanism = self._check_modifiable(watcher)
+        self._check_supported(mechanism, wanted, FailedWatcherModificationError)
+        try:
+            mechanism.modify(watcher._fd, wanted)
+        except (OSError, Refusal) as exc:
+            raise self._failure(
+                FailedWatcherModificationError, "Failed to modify watcher", exc
+            ) from exc
+        watcher._events = wanted
+        watcher._oneshot = bool(wanted & Event.ONESHOT)
+        watcher._armed = True
+
+    def _remove(self, watcher: Watcher) -> None:
+        mechanism = self._usable_mechanism(FailedWatcherModificationError)
+        if not self._check_alive(watcher):
+            return  # its stream was closed: retired, and remove() of that is a no-op
+        fd = watcher._fd
+        watcher._state = REMOVED
+        del self._watchers[fd]
+        self._buffered.pop(fd, None)
+        self._leftovers.pop(fd, None)
+        if not mechanism.unregister(fd):
+            self._stale_fds.add(fd)
+
+    # -- errors -----------------------------------------------------------------------------
+
+    def _usable_mechanism(self, error: type[FailedPollOperationError]) -> Mechanism:
+        mechanism = self._usable
+        if mechanism is None:
+            self._raise_unusable(error)
+        return mechanism
+
+    def _raise_unusable(self, error: type[FailedPollOperationError]) -> NoReturn:
+        if self._closed:
+            raise PollError("Context is closed")
+        raise error(
+            "Context was created in another process (used after fork)",
+            ErrorCode.PERMISSION,
+        )
+
+    def _check_supported(
+        self, mechanism: Mechanism, events: Event, error: type[FailedPollOperationError]
+    ) -> None:
+        name = self._backend.name
+        if events & Event.EDGE_TRIGGERED and not mechanism.supports_edge_triggering:
+            raise error(f"Backend {name} does not support Event.EDGE_TRIGGERED", ErrorCode.NOSUPPORT)
+        if events & Event.PRIORITY and not mechanism.supports_priority:
+            raise error(f"Backend {name} does not support Event.PRIORITY", ErrorCode.NOSUPPORT)
+
+    def _failure(
+        self, error: type[FailedPollOperationError], what: str, exc: OSError | Refusal
+    ) -> FailedPollOperationError:
+        if isinstance(exc, Refusal):
+            return error(f"{what}: {exc}", exc.code)
+        mechanism = self._usable
+        code = None if mechanism is None else mechanism.errno_codes.get(exc.errno or 0)
+        return error(
+            f"{what}: {exc.strerror or exc} (backend {self._backend.name})",
+            code or code_for_errno(exc.errno),
+            exc.errno,
+        )

@@ -1,0 +1,115 @@
+"""Event flags, error codes, and the table type backends use to decode OS readiness bits."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+__all__ = ["ErrorCode", "Event", "DecodeTable", "coerce_events"]
+
+
+class Event(enum.IntFlag):
+    """What a watcher asks for and what ``wait()`` reports.
+
+    ``READ``, ``WRITE`` and ``PRIORITY`` are readiness; ``ERROR`` and ``HANGUP`` are always
+    reported; ``READ_HANGUP`` (peer shut down its writing side) only when asked for.
+    ``ONESHOT`` and ``EDGE_TRIGGERED`` are registration modes, never reported.  ``TIMER``,
+    ``NOTIFY``, ``SIGNAL`` and ``PROCESS`` are reserved for handle kinds this version lacks.
+    """
+
+    READ = 1 << 0
+    WRITE = 1 << 1
+    ERROR = 1 << 2
+    HANGUP = 1 << 3
+    READ_HANGUP = 1 << 4
+    ONESHOT = 1 << 5
+    EDGE_TRIGGERED = 1 << 6
+    PRIORITY = 1 << 7
+    TIMER = 1 << 8
+    NOTIFY = 1 << 9
+    SIGNAL = 1 << 10
+    PROCESS = 1 << 11
+
+
+class ErrorCode(enum.IntEnum):
+    """Why a backend operation failed; the ``code`` of a ``FailedPollOperationError``."""
+
+    NONE = 0
+    SYSTEM = 1
+    NOMEM = 2
+    INVALID = 3
+    EXISTS = 4
+    NOTFOUND = 5
+    TIMEOUT = 6
+    INTERRUPTED = 7
+    PERMISSION = 8
+    TOOBIG = 9
+    AGAIN = 10
+    NOSUPPORT = 11
+
+
+# Events a stream handle may be watched for; the rest belong to handle kinds not built yet.
+STREAM_EVENTS = (
+    Event.READ
+    | Event.WRITE
+    | Event.ERROR
+    | Event.HANGUP
+    | Event.READ_HANGUP
+    | Event.ONESHOT
+    | Event.EDGE_TRIGGERED
+    | Event.PRIORITY
+)
+NON_STREAM_EVENTS = Event.TIMER | Event.NOTIFY | Event.SIGNAL | Event.PROCESS
+MODES = Event.ONESHOT | Event.EDGE_TRIGGERED
+NO_EVENTS = Event(0)
+
+
+class DecodeTable(dict[int, Event]):
+    """Maps a backend's raw readiness bits to an ``Event``, built lazily and cached.
+
+    ``wait()`` does one dict lookup per reported fd; building an ``Event`` from an int is
+    about a microsecond, so each distinct bit pattern is converted only once.
+    """
+
+    def __init__(self, pairs: Iterable[tuple[int, Event]]) -> None:
+        super().__init__()
+        self._pairs = tuple(pairs)
+
+    def __missing__(self, raw: int) -> Event:
+        value = 0
+        for bit, event in self._pairs:
+            if raw & bit:
+                value |= event
+        self[raw] = Event(value)
+        return self[raw]
+
+
+def coerce_events(events: object, argument: str = "events") -> Event:
+    """Return ``events`` (an ``Event`` or an iterable of them) as one ``Event``.
+
+    Raises ``TypeError`` for anything that is not an ``Event`` and ``ValueError`` for an
+    empty set or events no stream handle can be watched for.
+    """
+    if isinstance(events, Event):
+        value = events
+    elif isinstance(events, (int, str, bytes)) or not isinstance(events, Iterable):
+        raise TypeError(
+            f"{argument} must be an Event or an iterable of Event values, "
+            f"not {type(events).__name__}"
+        )
+    else:
+        value = Event(0)
+        for item in events:
+            if not isinstance(item, Event):
+                raise TypeError(
+                    f"{argument} must contain only Event values, not {type(item).__name__}"
+                )
+            value |= item
+    if not value:
+        raise ValueError(f"{argument} must not be empty")
+    if value & NON_STREAM_EVENTS:
+        raise ValueError(
+            f"{argument} must not contain Event.TIMER, Event.NOTIFY, Event.SIGNAL or "
+            "Event.PROCESS for a stream handle"
+        )
+    return value

@@ -1,0 +1,92 @@
+"""The ``EPOLL`` backend (Linux): translation between ``select.epoll`` flags and ``Event``.
+
+Why the choices:
+* ``EPOLLONESHOT`` makes the kernel disarm a one-shot fd as it reports it, which saves a
+  system call per event and means a report cut by ``max_events`` is never lost (the kernel
+  delivers at most ``maxevents`` and keeps the rest armed).
+* epoll refuses fds that do not support polling (regular files, ``/dev/null``) with EPERM;
+  that is the backend's missing feature, not the caller's permission: ``NOSUPPORT``.
+* An entry in the interest list is keyed by (fd number, open file).  Closing an fd whose
+  file a ``dup`` keeps open leaves an entry that ``EPOLL_CTL_DEL`` can no longer reach;
+  ``unregister`` reports that, and the Context rebuilds the epoll object.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+from typing import ClassVar
+
+from _iopoll_core.backend import Mechanism
+from _iopoll_core.events import DecodeTable, ErrorCode, Event
+
+__all__ = ["EpollMechanism"]
+
+_TO_EPOLL = (
+    (Event.READ, select.EPOLLIN),
+    (Event.WRITE, select.EPOLLOUT),
+    (Event.PRIORITY, select.EPOLLPRI),
+    (Event.READ_HANGUP, select.EPOLLRDHUP),
+    (Event.ONESHOT, select.EPOLLONESHOT),
+    (Event.EDGE_TRIGGERED, select.EPOLLET),
+)
+
+
+def epoll_mask(events: int) -> int:
+    """The epoll registration mask for ``Event`` bits (ERROR and HANGUP are implied)."""
+    mask = 0
+    for event, flag in _TO_EPOLL:
+        if events & event:
+            mask |= flag
+    return mask
+
+
+class EpollMechanism(Mechanism):
+    """``select.epoll``: O(ready) waits, edge-triggered and one-shot in the kernel."""
+
+    supports_edge_triggering: ClassVar[bool] = True
+    supports_priority: ClassVar[bool] = True
+    supports_read_hangup: ClassVar[bool] = True
+    honours_max_events: ClassVar[bool] = True
+    disarms_reported_oneshots: ClassVar[bool] = True
+    # epoll_wait takes an int of milliseconds.
+    max_timeout: ClassVar[float] = 2_147_483.0
+    errno_codes: ClassVar[dict[int, ErrorCode]] = {errno.EPERM: ErrorCode.NOSUPPORT}
+    decode: ClassVar[DecodeTable] = DecodeTable(
+        [
+            (select.EPOLLIN, Event.READ),
+            (select.EPOLLOUT, Event.WRITE),
+            (select.EPOLLERR, Event.ERROR),
+            (select.EPOLLHUP, Event.HANGUP),
+            (select.EPOLLRDHUP, Event.READ_HANGUP),
+            (select.EPOLLPRI, Event.PRIORITY),
+        ]
+    )
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        # epoll.poll(timeout_seconds, maxevents) already has the Mechanism.poll signature.
+        self.poll = self._epoll.poll
+
+    def register(self, fd: int, events: int) -> None:
+        self._epoll.register(fd, epoll_mask(events))
+
+    def modify(self, fd: int, events: int) -> None:
+        try:
+            self._epoll.modify(fd, epoll_mask(events))
+        except FileNotFoundError:  # disarmed by unregistering, or lost in a rebuild
+            self._epoll.register(fd, epoll_mask(events))
+
+    def unregister(self, fd: int) -> bool:
+        try:
+            self._epoll.unregister(fd)
+        except OSError:  # EBADF: fd closed; ENOENT: the number now names another file
+            return False
+        return True
+
+    def disarm(self, fd: int) -> None:
+        # Only for one-shots reported from buffered bytes: the kernel did not disarm them.
+        self.unregister(fd)
+
+    def close(self) -> None:
+        self._epoll.close()

@@ -1,0 +1,98 @@
+"""The select() implementation of the iopoll API: pure standard library, no fd beyond
+``FD_SETSIZE``, level-triggered only, whole-second timeouts.
+
+This module is always the select implementation, whichever one ``iopoll_polyfill`` chose.
+"""
+
+from __future__ import annotations
+
+from _iopoll_core.backend import BackendBase
+from _iopoll_core.context import Context as _EngineContext
+from _iopoll_core.errors import (
+    BackendUnavailableError,
+    FailedContextInitializationError,
+    FailedHandleAddError,
+    FailedPollOperationError,
+    FailedPollWaitError,
+    FailedWatcherModificationError,
+    HandleAlreadyWatchedError,
+    InactiveWatcherError,
+    InvalidHandleError,
+    PollError,
+)
+from _iopoll_core.events import ErrorCode, Event
+from _iopoll_core.handles import Handle, StreamPollHandle
+from _iopoll_core.select_mechanism import FD_SETSIZE, SelectMechanism
+from _iopoll_core.watcher import Watcher
+
+__all__ = [
+    "FD_SETSIZE",
+    "Backend",
+    "BackendUnavailableError",
+    "Context",
+    "ErrorCode",
+    "Event",
+    "FailedContextInitializationError",
+    "FailedHandleAddError",
+    "FailedPollOperationError",
+    "FailedPollWaitError",
+    "FailedWatcherModificationError",
+    "Handle",
+    "HandleAlreadyWatchedError",
+    "InactiveWatcherError",
+    "InvalidHandleError",
+    "PollError",
+    "StreamPollHandle",
+    "Watcher",
+]
+
+
+class Backend(BackendBase):
+    """The backends of the iopoll API; only ``SELECT`` (and ``AUTO``) is available here."""
+
+    AUTO = "auto"
+    POLL = "poll"
+    EPOLL = "epoll"
+    KQUEUE = "kqueue"
+    EVENT_PORTS = "event_ports"
+    WSAPOLL = "wsapoll"
+    SELECT = "select"
+
+
+Backend._mechanisms = {"SELECT": SelectMechanism}
+
+_WHOLE_SECONDS = (
+    "timeout must be None or a whole number of seconds (int), not {}: the polyfill takes "
+    "whole seconds plus microseconds, e.g. wait(1, 500000) for 1.5 s"
+)
+
+
+class Context(_EngineContext):
+    """Watches handles and reports which are ready, with ``select.select()``."""
+
+    __slots__ = ()
+    _backend_type = Backend
+
+    def __init__(self, backend: Backend = Backend.AUTO) -> None:
+        super().__init__(backend)
+
+    @property
+    def backend(self) -> Backend:
+        """Always ``Backend.SELECT``."""
+        return self._backend  # type: ignore[return-value]
+
+    def wait(  # type: ignore[override]
+        self,
+        timeout: int | None = None,
+        microseconds: int = 0,
+        max_events: int | None = None,
+    ) -> list[Watcher]:
+        """Wait until watchers are ready and return them, one entry per watcher.
+
+        ``timeout`` is ``None`` (until something is ready) or whole seconds as an ``int``;
+        ``microseconds`` (0..999999) is added to it.  A ``float`` or ``timedelta`` is a
+        ``TypeError``: code written this way runs unchanged on native ``iopoll``.
+        """
+        if timeout is not None and (type(timeout) is not int):
+            raise TypeError(_WHOLE_SECONDS.format(type(timeout).__name__))
+        return super().wait(timeout, microseconds, max_events)
