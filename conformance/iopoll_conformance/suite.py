@@ -2,8 +2,36 @@
 
 from __future__ import annotations
 
+from .groups.backends import BackendRules
+from .groups.handles import HandleRules
+from .groups.add import AddRules
+from .groups.wait import WaitRules
+from .groups.lifecycle import LifecycleRules
+from .groups.errors import ErrorRules
+from .groups.events import EventRules
+from .groups.oneshot import OneShotRules
+from .groups.edge import EdgeRules
+from .groups.buffered import BufferedRules
+from .groups.files import FileRules
+from .groups.closed import ClosedStreamRules
+from .groups.differential import DifferentialRules
 
-class ConformanceSuite:
+
+class ConformanceSuite(
+    BackendRules,
+    HandleRules,
+    AddRules,
+    WaitRules,
+    LifecycleRules,
+    ErrorRules,
+    EventRules,
+    OneShotRules,
+    EdgeRules,
+    BufferedRules,
+    FileRules,
+    ClosedStreamRules,
+    DifferentialRules,
+):
     """Subclass this in a pytest module to run the whole suite against an implementation::
 
         # test_my_poll.py   (run with: pytest -p iopoll_conformance.plugin)

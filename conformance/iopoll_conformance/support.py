@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import sys
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -82,3 +85,30 @@ def poll_now(ctx: Any, max_events: int | None = None) -> list[Any]:
 def reported(watchers: Iterable[Any]) -> dict[Any, Any]:
     """``{watcher.data: watcher.triggered_events}`` for a wait's result."""
     return {w.data: w.triggered_events for w in watchers}
+
+
+TLS_CERT = str(Path(__file__).with_name("tls_cert.pem"))
+TLS_KEY = str(Path(__file__).with_name("tls_key.pem"))
+
+
+def tls_pair() -> tuple[ssl.SSLSocket, ssl.SSLSocket]:
+    """A connected TLS pair over loopback TCP (client, server), handshake done, non-blocking.
+
+    The certificate is a self-signed one for ``localhost`` shipped with this package.
+    """
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(TLS_CERT, TLS_KEY)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(TLS_CERT)
+    raw_client, raw_server = tcp_pair()
+    raw_client.setblocking(True)
+    raw_server.setblocking(True)
+    client = client_ctx.wrap_socket(raw_client, server_hostname="localhost", do_handshake_on_connect=False)
+    server = server_ctx.wrap_socket(raw_server, server_side=True, do_handshake_on_connect=False)
+    done = threading.Thread(target=server.do_handshake)
+    done.start()
+    client.do_handshake()
+    done.join()
+    client.setblocking(False)
+    server.setblocking(False)
+    return client, server

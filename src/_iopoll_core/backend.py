@@ -81,10 +81,11 @@ class BackendBase(enum.Enum):
     class, holding only the backends it can run here.
     """
 
+    _mechanisms: ClassVar[dict[str, type[Mechanism]]]
+
     @classmethod
     def _mechanism_table(cls) -> dict[str, type[Mechanism]]:
-        table: dict[str, type[Mechanism]] = getattr(cls, "_mechanisms", {})
-        return table
+        return getattr(cls, "_mechanisms", {})
 
     @classmethod
     def available_backends(cls: type[_Member]) -> list[_Member]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from .errors import InactiveWatcherError
 from .events import MODES, NO_EVENTS, Event
@@ -52,7 +52,7 @@ class Watcher(_Uncopyable):
     _triggered: Event
     _state: int
 
-    def __init__(self, *args: object, **kwargs: object) -> NoReturn:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Watcher objects are made by Context.add(), not directly")
 
     @classmethod

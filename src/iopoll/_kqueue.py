@@ -14,12 +14,15 @@ platforms without ``select.kqueue``; the constants fall back to their BSD values
 from __future__ import annotations
 
 import select
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from _iopoll_core.backend import Mechanism
 from _iopoll_core.events import DecodeTable, Event
 
 __all__ = ["KqueueMechanism", "filter_changes", "readiness", "merge_kevents"]
+
+# Typed loosely: the type checker may run on a platform whose select module lacks kqueue.
+_select: Any = select
 
 FILTER_READ = getattr(select, "KQ_FILTER_READ", -1)
 FILTER_WRITE = getattr(select, "KQ_FILTER_WRITE", -2)
@@ -83,12 +86,12 @@ class KqueueMechanism(Mechanism):
     )
 
     def __init__(self) -> None:
-        self._kqueue = select.kqueue()
+        self._kqueue = _select.kqueue()
         self._registered: dict[int, int] = {}  # fd -> Event bits its filters stand for
 
     def _apply(self, fd: int, events: int) -> None:
         changes = filter_changes(self._registered.get(fd, 0), events)
-        kevents = [select.kevent(fd, kfilter, flags) for kfilter, flags in changes]
+        kevents = [_select.kevent(fd, kfilter, flags) for kfilter, flags in changes]
         self._kqueue.control(kevents, 0, 0)
         self._registered[fd] = events & (_READ | _WRITE | Event.EDGE_TRIGGERED)
 
