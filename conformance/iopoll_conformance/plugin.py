@@ -36,8 +36,17 @@ def implementation_name(config: pytest.Config, cls: type | None) -> str:
     return str(name)
 
 
+def _is_suite_class(cls: type | None) -> bool:
+    """Whether ``cls`` inherits a rule group of this suite (ConformanceSuite or one mixin)."""
+    return cls is not None and any(
+        base.__module__.startswith("iopoll_conformance.groups.") for base in cls.__mro__
+    )
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "backend" not in metafunc.fixturenames:
+    # Only the suite's own classes: the plugin is auto-loaded into every pytest session,
+    # and other projects' tests may have a "backend" of their own.
+    if "backend" not in metafunc.fixturenames or not _is_suite_class(metafunc.cls):
         return
     api = importlib.import_module(implementation_name(metafunc.config, metafunc.cls))
     chosen = metafunc.config.getoption("--iopoll-backend") or getattr(metafunc.cls, "backend_name", None)

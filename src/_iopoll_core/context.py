@@ -45,8 +45,11 @@ from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
 __all__ = ["Context"]
 
-# epoll and kqueue allocate their result array per call: cap what one call asks for.
-_OS_BATCH = 4096
+
+def _os_batch(limit: int, registered: int) -> int:
+    # epoll and kqueue allocate their result array per call: ask for no more than can be
+    # ready.  (-1 would mean epoll's default of FD_SETSIZE - 1, cutting "as many as ready".)
+    return min(limit, registered) if registered else 1
 
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
@@ -250,7 +253,7 @@ class Context(_Uncopyable):
         if self._buffered or self._leftovers or seconds > mechanism.max_timeout:
             return self._wait_slowly(mechanism, seconds, limit)
         try:
-            raw = mechanism.poll(seconds, limit if limit < _OS_BATCH else -1)
+            raw = mechanism.poll(seconds, _os_batch(limit, len(self._watchers)))
         except OSError as exc:
             raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
         return self._collect(mechanism, raw, limit) if raw else []
@@ -358,7 +361,7 @@ class Context(_Uncopyable):
 
     def _poll_for(self, mechanism: Mechanism, seconds: float, limit: int) -> list[tuple[int, int]]:
         """Poll the OS, looping when ``seconds`` is longer than one call can wait."""
-        os_limit = limit if limit < _OS_BATCH else -1
+        os_limit = _os_batch(limit, len(self._watchers))
         try:
             if seconds <= mechanism.max_timeout:
                 return mechanism.poll(seconds, os_limit)
