@@ -247,8 +247,12 @@ class Context(_Uncopyable):
         limit = check_max_events(max_events)
 
         if not self._watchers:
-            if seconds > 0:
-                time.sleep(seconds)
+            # Nothing can become ready: PHP returns at once for "no timeout", and sleeps out
+            # a finite one (in chunks: time.sleep() overflows on absurd values).
+            deadline = time.monotonic() + seconds
+            while seconds > 0:
+                time.sleep(min(seconds, mechanism.max_timeout))
+                seconds = deadline - time.monotonic()
             return []
         if self._buffered or self._leftovers or seconds > mechanism.max_timeout:
             return self._wait_slowly(mechanism, seconds, limit)

@@ -1,0 +1,363 @@
+"""Round trips per second over an AF_UNIX socketpair, with N idle watched sockets alongside.
+
+One round trip: side A sends a small message; the waiting layer reports B readable; B reads
+and replies; the layer reports A readable; A reads.  Every column makes the same ``send`` and
+``recv`` calls on non-blocking sockets (so a layer that returned without readiness would fail
+loudly with ``BlockingIOError``); only the waiting layer differs.  The columns are measured in
+the same run, interleaved per repeat so that machine noise hits them alike; each cell is the
+best of the repeats, with its ratio to the bare ``select.epoll`` loop.
+
+    python -m benchmarks.roundtrip              # 20,000 round trips, N = 0, 100, 1000, 10000
+    python -m benchmarks.roundtrip --quick      # a few thousand, N = 0 and 100
+    python benchmarks/roundtrip.py --n 0 1000 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import select
+import selectors
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import iopoll
+import iopoll_polyfill.fallback as polyfill
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
+__all__ = ["COLUMNS", "Column", "Results", "format_table", "main", "run", "targets"]
+
+MESSAGE = b"x" * 16
+DEFAULT_ROUND_TRIPS = 20_000
+DEFAULT_REPEATS = 3
+DEFAULT_NS = (0, 100, 1000, 10_000)
+QUICK_ROUND_TRIPS = 3_000
+QUICK_NS = (0, 100)
+FD_SETSIZE = polyfill.FD_SETSIZE
+# fds the process holds besides the benchmark's sockets (stdio, the poller, imports).
+FD_HEADROOM = 64
+
+Wait = Callable[[], object]
+Close = Callable[[], None]
+# A column's setup: given the sockets to watch (A, B, then the idle ones), the callable that
+# waits once and the callable that releases the poller; or a string: why the cell is n/a.
+Setup = Callable[[Sequence[socket.socket]], "tuple[Wait, Close] | str"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One waiting layer of the table."""
+
+    title: str
+    setup: Setup
+
+
+def _needs_fd_set(sockets: Sequence[socket.socket]) -> str | None:
+    if max(sock.fileno() for sock in sockets) >= FD_SETSIZE:
+        return "n/a (FD_SETSIZE)"
+    return None
+
+
+def _bare_epoll(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+    if not hasattr(select, "epoll"):
+        return "n/a (no epoll)"
+    epoll = select.epoll()
+    for sock in sockets:
+        epoll.register(sock.fileno(), select.EPOLLIN)
+    return epoll.poll, epoll.close
+
+
+def _bare_poll(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+    if not hasattr(select, "poll"):
+        return "n/a (no poll)"
+    poller = select.poll()
+    for sock in sockets:
+        poller.register(sock.fileno(), select.POLLIN)
+    return poller.poll, lambda: None
+
+
+def _bare_select(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+    refusal = _needs_fd_set(sockets)
+    if refusal:
+        return refusal
+    fds = [sock.fileno() for sock in sockets]
+    return functools.partial(select.select, fds, (), ()), lambda: None
+
+
+def _epoll_selector(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+    if not hasattr(selectors, "EpollSelector"):
+        return "n/a (no epoll)"
+    selector = selectors.EpollSelector()
+    for sock in sockets:
+        selector.register(sock, selectors.EVENT_READ)
+    return selector.select, selector.close
+
+
+def _iopoll(backend_name: str) -> Setup:
+    def setup(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+        backend = iopoll.Backend[backend_name]
+        if not backend.is_available():
+            return "n/a (unavailable)"
+        if backend is iopoll.Backend.SELECT:
+            refusal = _needs_fd_set(sockets)
+            if refusal:
+                return refusal
+        context = iopoll.Context(backend)
+        for sock in sockets:
+            context.add(sock, iopoll.Event.READ)
+        return context.wait, context.close
+
+    return setup
+
+
+def _polyfill(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+    refusal = _needs_fd_set(sockets)
+    if refusal:
+        return refusal
+    context = polyfill.Context()
+    for sock in sockets:
+        context.add(sock, polyfill.Event.READ)
+    return context.wait, context.close
+
+
+BARE_EPOLL = "select.epoll"
+BARE_SELECT = "select.select"
+EPOLL_SELECTOR = "selectors.EpollSelector"
+IOPOLL_EPOLL = "iopoll EPOLL"
+POLYFILL = "polyfill"
+
+COLUMNS: tuple[Column, ...] = (
+    Column(BARE_EPOLL, _bare_epoll),
+    Column("select.poll", _bare_poll),
+    Column(BARE_SELECT, _bare_select),
+    Column(EPOLL_SELECTOR, _epoll_selector),
+    Column(IOPOLL_EPOLL, _iopoll("EPOLL")),
+    Column("iopoll POLL", _iopoll("POLL")),
+    Column("iopoll SELECT", _iopoll("SELECT")),
+    Column(POLYFILL, _polyfill),
+)
+
+
+def round_trips(wait: Wait, a: socket.socket, b: socket.socket, count: int) -> float:
+    """Seconds that ``count`` round trips between ``a`` and ``b`` take through ``wait``."""
+    a_send, a_recv, b_send, b_recv = a.send, a.recv, b.send, b.recv
+    message = MESSAGE
+    size = len(message)
+    start = time.perf_counter()
+    for _ in range(count):
+        a_send(message)
+        wait()
+        b_recv(size)
+        b_send(message)
+        wait()
+        a_recv(size)
+    return time.perf_counter() - start
+
+
+def raise_fd_limit(needed: int) -> bool:
+    """Raise the soft ``RLIMIT_NOFILE`` to ``needed`` if the hard limit allows it."""
+    if resource is None:
+        return True
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return True
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        return False
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return True
+
+
+def socket_pairs(count: int) -> list[tuple[socket.socket, socket.socket]]:
+    """``count`` non-blocking AF_UNIX socketpairs."""
+    pairs = []
+    for _ in range(count):
+        left, right = socket.socketpair()
+        left.setblocking(False)
+        right.setblocking(False)
+        pairs.append((left, right))
+    return pairs
+
+
+@dataclass
+class Results:
+    """Best seconds per (N, column title), or why a cell is n/a."""
+
+    round_trips: int
+    ns: list[int]
+    columns: list[str]
+    cells: dict[tuple[int, str], float | str] = field(default_factory=dict)
+
+    def rate(self, n: int, title: str) -> float | None:
+        """Round trips per second, or None for an n/a cell."""
+        cell = self.cells.get((n, title))
+        return self.round_trips / cell if isinstance(cell, float) else None
+
+    def ratio(self, n: int, title: str, baseline: str = BARE_EPOLL) -> float | None:
+        """``title``'s rate over ``baseline``'s at ``n``, or None if either is n/a."""
+        mine, theirs = self.rate(n, title), self.rate(n, baseline)
+        return None if mine is None or theirs is None else mine / theirs
+
+
+def run(
+    count: int = DEFAULT_ROUND_TRIPS,
+    repeats: int = DEFAULT_REPEATS,
+    ns: Sequence[int] = DEFAULT_NS,
+    columns: Sequence[Column] = COLUMNS,
+    progress: Callable[[str], None] | None = None,
+) -> Results:
+    """Measure every column at every N; the best of ``repeats`` interleaved runs."""
+    results = Results(count, list(ns), [column.title for column in columns])
+    warm_up = min(count, 500)
+    for n in ns:
+        if not raise_fd_limit(n + 2 + FD_HEADROOM):
+            for column in columns:
+                results.cells[n, column.title] = "n/a (RLIMIT_NOFILE)"
+            continue
+        (a, b), *idle_pairs = socket_pairs(1 + (n + 1) // 2)
+        idle = [sock for pair in idle_pairs for sock in pair][:n]
+        watched = [a, b, *idle]
+        try:
+            best: dict[str, float | str] = {}
+            for repeat in range(repeats):
+                # Rotate the order so that no column always runs first (or last).
+                shift = repeat % len(columns)
+                for column in [*columns[shift:], *columns[:shift]]:
+                    if isinstance(best.get(column.title), str):
+                        continue
+                    prepared = column.setup(watched)
+                    if isinstance(prepared, str):
+                        best[column.title] = prepared
+                        continue
+                    wait, close = prepared
+                    try:
+                        round_trips(wait, a, b, warm_up)
+                        seconds = round_trips(wait, a, b, count)
+                    finally:
+                        close()
+                    previous = best.get(column.title)
+                    if not isinstance(previous, float) or seconds < previous:
+                        best[column.title] = seconds
+                if progress is not None:
+                    progress(f"N={n}: repeat {repeat + 1}/{repeats} done")
+            for title, cell in best.items():
+                results.cells[n, title] = cell
+        finally:
+            for sock in watched:
+                sock.close()
+            for pair in idle_pairs:
+                for sock in pair:
+                    sock.close()
+    return results
+
+
+def _format_cell(results: Results, n: int, title: str) -> str:
+    cell = results.cells.get((n, title), "n/a")
+    if isinstance(cell, str):
+        return cell
+    rate = results.round_trips / cell
+    ratio = results.ratio(n, title)
+    return f"{rate:,.0f}/s" + ("" if ratio is None else f" ({ratio:.2f}x)")
+
+
+def format_table(results: Results) -> str:
+    """A markdown table: one row per N, one column per waiting layer."""
+    header = ["N idle", *results.columns]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---:"] * len(header)) + "|",
+    ]
+    for n in results.ns:
+        row = [f"{n:,}", *(_format_cell(results, n, title) for title in results.columns)]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _worst(
+    results: Results, title: str, baseline: str, ns: Sequence[int]
+) -> tuple[float, int] | None:
+    ratios = [(r, n) for n in ns if (r := results.ratio(n, title, baseline)) is not None]
+    return min(ratios) if ratios else None
+
+
+def targets(results: Results) -> list[tuple[bool | None, str]]:
+    """The project's performance targets: (met, or None when not measured; description)."""
+    checks: list[tuple[bool | None, str]] = []
+
+    def against(title: str, baseline: str, floor: float, ns: Sequence[int], what: str) -> None:
+        worst = _worst(results, title, baseline, ns)
+        if worst is None:
+            checks.append((None, f"{what}: not measured"))
+        else:
+            ratio, n = worst
+            checks.append((ratio >= floor, f"{what}: worst {ratio:.2f}x at N={n:,}"))
+
+    against(IOPOLL_EPOLL, BARE_EPOLL, 0.90, results.ns, "iopoll EPOLL >= 0.90x bare epoll, every N")
+    against(
+        IOPOLL_EPOLL, EPOLL_SELECTOR, 1.0, results.ns, "iopoll EPOLL >= 1.0x EpollSelector, every N"
+    )
+    flat_what = "flat: iopoll EPOLL at N=10,000 within 10% of its N=0"
+    low, high = results.rate(0, IOPOLL_EPOLL), results.rate(10_000, IOPOLL_EPOLL)
+    if low is None or high is None:
+        checks.append((None, f"{flat_what}: not measured"))
+    else:
+        change = high / low - 1
+        checks.append((change >= -0.10, f"{flat_what}: {change:+.1%}"))
+    small = [n for n in (0, 100) if n in results.ns]
+    against(POLYFILL, BARE_SELECT, 0.90, small, "polyfill >= 0.90x bare select at N=0 and N=100")
+    return checks
+
+
+def format_targets(results: Results) -> str:
+    """One line per target: PASS, FAIL or SKIP, with the figure behind it."""
+    words = {True: "PASS", False: "FAIL", None: "SKIP"}
+    return "\n".join(f"target {words[met]}: {text}" for met, text in targets(results))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.roundtrip", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--round-trips", type=int, help=f"default {DEFAULT_ROUND_TRIPS:,}")
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="best of these")
+    parser.add_argument(
+        "--n", type=int, nargs="+", metavar="N", help="idle watched sockets (default 0 100 1000 10000)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"{QUICK_ROUND_TRIPS:,} round trips, N = 0 and 100"
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = parser.parse_args(argv)
+
+    count = args.round_trips or (QUICK_ROUND_TRIPS if args.quick else DEFAULT_ROUND_TRIPS)
+    ns = args.n if args.n is not None else (QUICK_NS if args.quick else DEFAULT_NS)
+    if count < 1 or args.repeats < 1 or any(n < 0 for n in ns):
+        parser.error("--round-trips and --repeats must be >= 1, and every --n >= 0")
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    results = run(count, args.repeats, ns, progress=None if args.quiet else progress)
+    print(
+        f"Round trips per second over an AF_UNIX socketpair ({count:,} round trips, best of "
+        f"{args.repeats}; ratio to the bare select.epoll loop). Python {sys.version.split()[0]}, "
+        f"{sys.platform}."
+    )
+    print()
+    print(format_table(results))
+    print()
+    print(format_targets(results))
+    missed = any(met is False for met, _ in targets(results))
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
