@@ -328,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--round-trips", type=int, help=f"default {DEFAULT_ROUND_TRIPS:,}")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="best of these")
     parser.add_argument(
-        "--n", type=int, nargs="+", metavar="N", help="idle watched sockets (default 0 100 1000 10000)"
+        "--n", type=int, nargs="+", metavar="N", help="idle sockets (default: 0 100 1000 10000)"
     )
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_ROUND_TRIPS:,} round trips, N = 0 and 100"

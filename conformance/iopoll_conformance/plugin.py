@@ -1,13 +1,20 @@
 """The pytest plugin: options, fixtures and the per-group summary.
 
-Registered as the ``pytest11`` entry point ``iopoll_conformance``; where plugin autoload is
-off, enable it with ``-p iopoll_conformance.plugin``.
+Registered as the ``pytest11`` entry point ``iopoll_conformance``, so an installed project
+loads it by itself.  Where plugin autoload is off, enable it with ``-p iopoll_conformance``
+(the entry point's name: this never registers it twice); from a source tree that was not
+installed, use ``-p iopoll_conformance.plugin``.
+
+The fixtures and the ``backend`` parametrization apply only to test classes built on the
+suite's rule groups (``ConformanceSuite`` or one of its mixins), so the plugin never touches
+other projects' tests that happen to use a fixture called ``backend``.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -15,13 +22,36 @@ import pytest
 
 from .support import Capabilities, socketpair, tcp_pair
 
+# Rule group modules (iopoll_conformance.groups.<module>) and how the summary names them,
+# in the order the summary lists them.
+GROUPS: dict[str, str] = {
+    "backends": "backends",
+    "handles": "handles",
+    "add": "add",
+    "wait": "wait",
+    "lifecycle": "lifecycle",
+    "errors": "errors",
+    "events": "events",
+    "oneshot": "one-shot",
+    "edge": "edge",
+    "buffered": "buffered",
+    "files": "files",
+    "closed": "closed streams",
+    "differential": "differential",
+}
+
+_GROUPS_PACKAGE = "iopoll_conformance.groups."
+# The summary's column for tests that take no backend (handles, enum members, ...).
+NO_BACKEND = "(no backend)"
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("iopoll_conformance")
+    group = parser.getgroup("iopoll_conformance", "iopoll conformance suite")
     group.addoption(
         "--iopoll-impl",
         default=None,
-        help="module implementing the iopoll API to test (default: iopoll)",
+        help="module implementing the iopoll API to test, for suite classes that set no "
+        "'impl' (default: iopoll)",
     )
     group.addoption(
         "--iopoll-backend",
@@ -30,37 +60,67 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def is_suite_class(cls: type | None) -> bool:
+    """Whether ``cls`` is built on the suite's rule groups (so the plugin serves it)."""
+    if cls is None:
+        return False
+    return any(base.__module__.startswith("iopoll_conformance.") for base in cls.__mro__)
+
+
 def implementation_name(config: pytest.Config, cls: type | None) -> str:
     """The module under test: the class's ``impl``, else ``--iopoll-impl``, else iopoll."""
     name = getattr(cls, "impl", None) or config.getoption("--iopoll-impl") or "iopoll"
     return str(name)
 
 
-def _is_suite_class(cls: type | None) -> bool:
-    """Whether ``cls`` inherits a rule group of this suite (ConformanceSuite or one mixin)."""
-    return cls is not None and any(
-        base.__module__.startswith("iopoll_conformance.groups.") for base in cls.__mro__
-    )
+def _import_implementation(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"iopoll_conformance: cannot import the implementation module {name!r}: {exc}"
+        ) from exc
+
+
+def selected_backends(api: ModuleType, chosen: str | None) -> list[Any]:
+    """The backends to run: ``chosen`` (a member name, any case) or every available one.
+
+    Raises ``pytest.UsageError`` for a name that is not a member or not available.
+    """
+    available = list(api.Backend.available_backends())
+    if not chosen:
+        return available
+    names = ", ".join(b.name for b in available)
+    try:
+        member = api.Backend[chosen.upper()]
+    except KeyError:
+        raise pytest.UsageError(
+            f"iopoll_conformance: {chosen!r} is not a Backend member of {api.__name__} "
+            f"(available here: {names})"
+        ) from None
+    if member not in available:
+        raise pytest.UsageError(
+            f"iopoll_conformance: backend {member.name} is not available in {api.__name__} "
+            f"here (available: {names})"
+        )
+    return [member]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # Only the suite's own classes: the plugin is auto-loaded into every pytest session,
-    # and other projects' tests may have a "backend" of their own.
-    if "backend" not in metafunc.fixturenames or not _is_suite_class(metafunc.cls):
+    if "backend" not in metafunc.fixturenames or not is_suite_class(metafunc.cls):
         return
-    api = importlib.import_module(implementation_name(metafunc.config, metafunc.cls))
-    chosen = metafunc.config.getoption("--iopoll-backend") or getattr(metafunc.cls, "backend_name", None)
-    if chosen:
-        backends = [api.Backend[chosen]]
-    else:
-        backends = list(api.Backend.available_backends())
+    api = _import_implementation(implementation_name(metafunc.config, metafunc.cls))
+    chosen = metafunc.config.getoption("--iopoll-backend") or getattr(
+        metafunc.cls, "backend_name", None
+    )
+    backends = selected_backends(api, chosen)
     metafunc.parametrize("backend", backends, ids=[b.name for b in backends], scope="class")
 
 
 @pytest.fixture
 def api(request: pytest.FixtureRequest) -> ModuleType:
     """The implementation module under test."""
-    return importlib.import_module(implementation_name(request.config, request.cls))
+    return _import_implementation(implementation_name(request.config, request.cls))
 
 
 @pytest.fixture
@@ -93,3 +153,168 @@ def tcp() -> Iterator[tuple[Any, Any]]:
     yield client, server
     client.close()
     server.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Let ``-k`` choose rule groups: by module (``-k oneshot``) or mixin (``-k OneShotRules``)."""
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if cls is None or not is_suite_class(cls):
+            continue
+        name = getattr(item, "originalname", None) or item.name
+        defining = defining_class(cls, name)
+        item.extra_keyword_matches.add(defining.__name__)
+        if defining.__module__.startswith(_GROUPS_PACKAGE):
+            item.extra_keyword_matches.add(defining.__module__[len(_GROUPS_PACKAGE) :])
+
+
+# -- the summary by rule group --------------------------------------------------------------
+
+
+def group_of(cls: type, function_name: str) -> str:
+    """The summary's name for the rule group that defines ``cls.<function_name>``.
+
+    That is the class in ``cls``'s MRO whose body defines the test: a suite mixin maps to
+    its group's name; a test a third party added in its own subclass is listed under that
+    class's name.
+    """
+    base = defining_class(cls, function_name)
+    module = base.__module__
+    if module.startswith(_GROUPS_PACKAGE):
+        short = module[len(_GROUPS_PACKAGE) :]
+        return GROUPS.get(short, short)
+    return base.__qualname__
+
+
+def defining_class(cls: type, function_name: str) -> type:
+    """The class in ``cls``'s MRO whose body defines ``function_name`` (else ``cls``)."""
+    for base in cls.__mro__:
+        if function_name in vars(base):
+            return base
+    return cls
+
+
+@dataclass
+class _Counts:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+    def add(self, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def merge(self, other: _Counts) -> None:
+        self.passed += other.passed
+        self.failed += other.failed
+        self.skipped += other.skipped
+
+    def cell(self) -> str:
+        return f"{self.passed}/{self.failed}/{self.skipped}"
+
+
+@dataclass
+class _Where:
+    impl: str
+    group: str
+    backend: str
+
+
+@dataclass
+class ConformanceSummary:
+    """Collects each suite test's outcome and prints a table per implementation.
+
+    Rows are rule groups, columns backends; each cell reads ``passed/failed/skipped``.
+    """
+
+    where: dict[str, _Where] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            cls = getattr(item, "cls", None)
+            if cls is None or not is_suite_class(cls):
+                continue
+            name = getattr(item, "originalname", None) or item.name
+            callspec = getattr(item, "callspec", None)
+            backend = callspec.params.get("backend") if callspec is not None else None
+            self.where[item.nodeid] = _Where(
+                impl=implementation_name(session.config, cls),
+                group=group_of(cls, name),
+                backend=getattr(backend, "name", NO_BACKEND),
+            )
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid not in self.where:
+            return
+        previous = self.outcomes.get(report.nodeid)
+        if report.failed:
+            self.outcomes[report.nodeid] = "failed"
+        elif previous == "failed":
+            return
+        elif report.skipped:  # a skip, or an expected failure
+            self.outcomes[report.nodeid] = "skipped"
+        elif report.when == "call":
+            self.outcomes[report.nodeid] = "passed"
+
+    def tables(self) -> list[str]:
+        """The summary's lines (empty when no suite test ran)."""
+        per_impl: dict[str, dict[str, dict[str, _Counts]]] = {}
+        backends: dict[str, list[str]] = {}
+        for nodeid, outcome in self.outcomes.items():
+            where = self.where[nodeid]
+            groups = per_impl.setdefault(where.impl, {})
+            groups.setdefault(where.group, {}).setdefault(where.backend, _Counts()).add(outcome)
+            seen = backends.setdefault(where.impl, [])
+            if where.backend not in seen:
+                seen.append(where.backend)
+                seen.sort(key=lambda name: name == NO_BACKEND)
+        lines: list[str] = []
+        for impl, groups in per_impl.items():
+            columns = backends[impl]
+            order = [g for g in GROUPS.values() if g in groups]
+            order += sorted(g for g in groups if g not in order)
+            width = max(len(g) for g in [*order, "group", "total"]) + 2
+            cell = max(10, *(len(b) + 2 for b in columns))
+
+            def row(label: str, cells: list[str], width: int = width, cell: int = cell) -> str:
+                return label.ljust(width) + "".join(c.ljust(cell) for c in cells).rstrip()
+
+            lines.append(f"implementation: {impl}   (each cell: passed/failed/skipped)")
+            lines.append(row("group", [*columns, "all"]))
+            totals = {b: _Counts() for b in columns}
+            grand = _Counts()
+            failing: list[str] = []
+            for group in order:
+                cells = []
+                whole = _Counts()
+                for backend in columns:
+                    counts = groups[group].get(backend, _Counts())
+                    totals[backend].merge(counts)
+                    whole.merge(counts)
+                    cells.append(counts.cell())
+                grand.merge(whole)
+                if whole.failed:
+                    failing.append(group)
+                lines.append(row(group, [*cells, whole.cell()]))
+            lines.append(row("total", [*(totals[b].cell() for b in columns), grand.cell()]))
+            verdict = "FAIL" if grand.failed else "PASS"
+            detail = f" (failing groups: {', '.join(failing)})" if failing else ""
+            lines.append(
+                f"{verdict}: {grand.passed} passed, {grand.failed} failed, "
+                f"{grand.skipped} skipped{detail}"
+            )
+            lines.append("")
+        return lines[:-1]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        lines = self.tables()
+        if not lines:
+            return
+        terminalreporter.write_sep("=", "iopoll conformance summary")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(ConformanceSummary(), "iopoll_conformance_summary")

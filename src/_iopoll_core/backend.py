@@ -108,23 +108,23 @@ class BackendBase(enum.Enum):
                 return cls[name]
         return self  # unreachable: every implementation has SELECT
 
-    def mechanism(self) -> type[Mechanism] | None:
+    def _mechanism_class(self) -> type[Mechanism] | None:
         """The ``Mechanism`` class behind this backend, or None if it is unavailable."""
         return self._mechanism_table().get(self.resolve().name)
 
     def supports_edge_triggering(self) -> bool:
         """Whether ``Event.EDGE_TRIGGERED`` is accepted (``EPOLL``, ``KQUEUE``)."""
-        mechanism = self.mechanism()
+        mechanism = self._mechanism_class()
         return mechanism is not None and mechanism.supports_edge_triggering
 
     def supports_priority(self) -> bool:
         """Whether ``Event.PRIORITY`` (out-of-band data) is accepted."""
-        mechanism = self.mechanism()
+        mechanism = self._mechanism_class()
         return mechanism is not None and mechanism.supports_priority
 
     def supports_read_hangup(self) -> bool:
         """Whether ``Event.READ_HANGUP`` is ever reported (``EPOLL``, Linux ``POLL``)."""
-        mechanism = self.mechanism()
+        mechanism = self._mechanism_class()
         return mechanism is not None and mechanism.supports_read_hangup
 
     def supports_signal_handles(self) -> bool:

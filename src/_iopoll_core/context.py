@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
-from .arguments import FOREVER, check_max_events, timeout_seconds
+from .arguments import FOREVER, MAX_EVENTS_LIMIT, check_max_events, timeout_seconds
 from .backend import BackendBase, Mechanism
 from .errors import (
     BackendUnavailableError,
@@ -113,7 +113,7 @@ class Context(_Uncopyable):
                 f"backend must be a {self._backend_type.__qualname__}, "
                 f"not {type(backend).__name__}"
             )
-        mechanism_class = backend.mechanism()
+        mechanism_class = backend._mechanism_class()
         if mechanism_class is None:
             raise BackendUnavailableError(f"Backend {backend.name} is not available")
         try:
@@ -162,7 +162,8 @@ class Context(_Uncopyable):
             return
         self._closed = True
         for watcher in self._watchers.values():
-            watcher._state = REMOVED
+            # A watcher whose stream was closed first stays retired: its remove() is a no-op.
+            watcher._state = REMOVED if _alive(watcher) else RETIRED
         self._watchers.clear()
         self._buffered.clear()
         self._leftovers.clear()
@@ -244,7 +245,7 @@ class Context(_Uncopyable):
             seconds = FOREVER
         else:
             seconds = timeout_seconds(timeout, microseconds)
-        limit = check_max_events(max_events)
+        limit = MAX_EVENTS_LIMIT if max_events is None else check_max_events(max_events)
 
         if not self._watchers:
             # Nothing can become ready: PHP returns at once for "no timeout", and sleeps out
@@ -254,13 +255,27 @@ class Context(_Uncopyable):
                 time.sleep(min(seconds, mechanism.max_timeout))
                 seconds = deadline - time.monotonic()
             return []
-        if self._buffered or self._leftovers or seconds > mechanism.max_timeout:
-            return self._wait_slowly(mechanism, seconds, limit)
-        try:
-            raw = mechanism.poll(seconds, _os_batch(limit, len(self._watchers)))
-        except OSError as exc:
-            raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
-        return self._collect(mechanism, raw, limit) if raw else []
+        started = time.monotonic() if seconds > 0 else 0.0
+        if self._buffered or self._leftovers or (seconds > 0 and seconds > mechanism.max_timeout):
+            ready = self._wait_slowly(mechanism, seconds, limit)
+        else:
+            registered = len(self._watchers)  # not 0 here: what _os_batch() says, inline
+            try:
+                raw = mechanism.poll(seconds, registered if registered < limit else limit)
+            except OSError as exc:
+                raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+            if not raw:
+                return []
+            ready = self._collect(mechanism, raw, limit)
+        if ready or seconds == 0:
+            return ready
+        # Every report was about a retired watcher (a closed stream seen through a dup, a
+        # reused fd number, or select()'s EBADF): no reason to return early, wait on.
+        if seconds > 0:
+            seconds -= time.monotonic() - started
+            if seconds <= 0:
+                return ready
+        return Context.wait(self, None if seconds < 0 else seconds, 0, max_events)
 
     # -- wait() internals ----------------------------------------------------------------
 
@@ -272,12 +287,14 @@ class Context(_Uncopyable):
         watchers = self._watchers
         decode = mechanism.decode
         invalid_fd_bit = mechanism.invalid_fd_bit
-        disarm = None if mechanism.disarms_reported_oneshots else mechanism.disarm
+        # Most mechanisms stop at the limit themselves: then no report needs cutting here.
+        cut = len(raw) > limit
         ready: list[Watcher] = []
         found_stale = False
         for fd, bits in raw:
-            watcher = watchers.get(fd)
-            if watcher is None:
+            try:
+                watcher = watchers[fd]
+            except KeyError:
                 # No watcher, yet the OS reports it: a registration we could not delete.
                 found_stale = True
                 continue
@@ -290,7 +307,7 @@ class Context(_Uncopyable):
                 self._retire(watcher)
                 found_stale = found_stale or fd in self._stale_fds
                 continue
-            if len(ready) == limit:
+            if cut and len(ready) == limit:
                 self._leftovers[fd] = self._kept_bits(mechanism, watcher, bits)
                 continue
             watcher._triggered = decode[bits]
@@ -299,8 +316,8 @@ class Context(_Uncopyable):
                 self._retire(watcher)
             elif watcher._oneshot:
                 watcher._armed = False
-                if disarm is not None:
-                    disarm(fd)
+                if not mechanism.disarms_reported_oneshots:
+                    mechanism.disarm(fd)
             ready.append(watcher)
         if found_stale:
             self._rebuild()
@@ -321,21 +338,44 @@ class Context(_Uncopyable):
         buffered = self._buffered_watchers()
         if buffered or any(self._leftovers.values()):
             seconds = 0.0
-        room = limit - len(buffered)
-        raw: list[tuple[int, int]] = []
-        if room > 0:
-            raw = self._poll_for(mechanism, seconds, room)
+        raw = self._poll_for(mechanism, seconds, limit)
+        if not buffered:
+            if self._leftovers:
+                raw = self._leftovers_first(raw)
+            return self._collect(mechanism, raw, limit) if raw else []
+        return self._merge_buffered(mechanism, raw, buffered, limit)
+
+    def _merge_buffered(
+        self, mechanism: Mechanism, raw: list[tuple[int, int]], buffered: list[Watcher], limit: int
+    ) -> list[Watcher]:
+        """Merge the OS's reports with buffered watchers (READ without the OS).
+
+        One entry per watcher.  Both kinds share the ``max_events`` slots, and what was
+        left out last time goes first, in the order it was left out, so nothing starves.
+        """
+        previous = list(self._leftovers)
         if self._leftovers:
             raw = self._leftovers_first(raw)
-        ready = self._collect(mechanism, raw, max(room, 0)) if raw else []
-        if not buffered:
-            return ready
+        bits_of = dict(raw)
+        pending = {watcher._fd: watcher for watcher in buffered}
+        order = [fd for fd in previous if fd in bits_of or fd in pending]
+        seen = set(order)
+        order += [fd for fd, _ in raw if fd not in seen]
+        order += [fd for fd in pending if fd not in seen and fd not in bits_of]
+        chosen, cut = order[:limit], order[limit:]
+        chosen_raw = [(fd, bits_of[fd]) for fd in chosen if fd in bits_of]
+        cut_raw = [(fd, bits_of[fd]) for fd in cut if fd in bits_of]
+        ready = self._collect(mechanism, chosen_raw + cut_raw, len(chosen_raw)) if raw else []
+        kept = self._leftovers
+        self._leftovers = {fd: kept.get(fd, 0) for fd in cut if fd in kept or fd in pending}
         read = Event.READ
         for watcher in ready:
-            if self._buffered.get(watcher._fd) is watcher and watcher in buffered:
+            if pending.get(watcher._fd) is watcher:
                 watcher._triggered |= read
-                buffered.remove(watcher)
-        for watcher in buffered[: limit - len(ready)]:
+        for fd in chosen:
+            if fd in bits_of:
+                continue
+            watcher = pending[fd]
             watcher._triggered = read
             if watcher._oneshot:
                 watcher._armed = False

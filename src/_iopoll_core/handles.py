@@ -60,6 +60,9 @@ class StreamPollHandle(Handle):
     _fileno: Callable[[], int]
 
     def __init__(self, stream: HasFileno | int) -> None:
+        if hasattr(self, "_stream"):
+            # A watcher keeps the fd probe it was added with: the stream cannot change.
+            raise TypeError("StreamPollHandle.__init__ cannot be called twice")
         if isinstance(stream, bool) or not isinstance(stream, (int, HasFileno)):
             raise TypeError(
                 "stream must be an object with fileno() or an int file descriptor, "

@@ -1,17 +1,26 @@
 """The ``SELECT`` backend on ``select.select()``: the polyfill's, and iopoll's last resort.
 
-select() reports only "readable", "writable" and "exceptional", so this module derives the
-rest:
+select() reports only "readable" and "writable", so this module derives the rest:
 
 * Every watched fd is in the read set, so that a hang-up is seen even by a ``WRITE``-only
-  watcher.  A readable socket or pipe with no bytes to read has reached end of file: that
-  is ``HANGUP`` (a socket also gets ``READ`` when asked).  A socket whose peek fails was
-  reset: ``ERROR|HANGUP``.  Reading the error clears it, so ``ERROR`` shows once.
-* A fd readable only because of bytes its watcher did not ask for is left out of the read
-  set for the rest of that ``wait()``; otherwise select() would return at once, forever.
+  watcher.  A readable socket or pipe with no bytes waiting has reached end of file: that
+  is ``HANGUP`` (a socket also gets ``READ`` when asked; a pipe gets ``HANGUP`` alone, as
+  poll() says).  A socket whose ``MSG_PEEK`` fails was reset: ``ERROR|HANGUP``; the peek
+  consumes the socket error, so ``ERROR`` shows once and ``HANGUP`` stays.  The write end
+  of a pipe reads as ready only once its reader is gone: ``ERROR``.  ``READ_HANGUP`` is
+  never reported.
+* A fd readable only because of bytes its watcher did not ask for is taken out of the read
+  set for the rest of that ``wait()`` (it stays in the write set); otherwise select() would
+  return at once, forever, and the wait would spin.
 * A closed fd makes select() fail with EBADF for the whole call; the culprits are found
-  with ``fstat`` and reported as invalid, so the Context retires them.
-* fds at or above ``FD_SETSIZE`` cannot be put in an ``fd_set``: ``register`` refuses them.
+  with ``fstat`` and reported as invalid, so the Context reports them once and drops them.
+* fds at or above ``FD_SETSIZE`` cannot be put in an ``fd_set`` (POSIX), and Windows
+  CPython's sets hold at most ``FD_SETSIZE`` sockets: ``register`` refuses both as ``TOOBIG``.
+
+Cost per ``wait()``: one select() and, per readable socket or pipe, one ``FIONREAD`` ioctl
+into a buffer owned by the mechanism.  The rarer peek (end of file, reset) builds a socket
+object; listening and datagram sockets, which have no end of file, are recognised by the
+first peek and never peeked again.
 """
 
 from __future__ import annotations
@@ -29,71 +38,87 @@ from .backend import Mechanism
 from .errors import Refusal
 from .events import DecodeTable, ErrorCode, Event
 
-try:  # POSIX: count the bytes waiting on a socket or pipe without a socket object.
+__all__ = ["FD_SETSIZE", "SelectMechanism"]
+
+if sys.platform == "win32":  # every fd select() takes is a socket: peek instead of FIONREAD
+    _FIONREAD = 0
+
+    def _ioctl(fd: int, request: int, buffer: bytearray) -> int:
+        raise OSError(errno.ENOSYS, "ioctl() is not available on Windows")
+
+    def _is_write_end(fd: int) -> bool:
+        return False
+
+else:  # count the bytes waiting on a socket or pipe without making a socket object
     import fcntl
     import termios
 
-    _FIONREAD: int | None = termios.FIONREAD
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
-    _FIONREAD = None
+    _FIONREAD = termios.FIONREAD
+    _ioctl = fcntl.ioctl
 
-__all__ = ["FD_SETSIZE", "SelectMechanism"]
+    def _is_write_end(fd: int) -> bool:
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
 
+
+_WINDOWS = sys.platform == "win32"
 # POSIX limits the fd number; Windows CPython limits the number of sockets per set.
-FD_SETSIZE = 512 if sys.platform == "win32" else 1024
+FD_SETSIZE = 512 if _WINDOWS else 1024
 
+# Raw bits handed to the Context (decoded by SelectMechanism.decode).
 _READ, _WRITE, _ERROR, _HANGUP, _INVALID = 1, 2, 4, 8, 16
-_NO_BYTES = b"\0\0\0\0"
+_NOT_READ = ~_READ
+_NO_BYTES = b"\0\0\0\0"  # FIONREAD's count when nothing is waiting (any int width >= 4)
 
-_SOCKET, _PIPE, _OTHER = 0, 1, 2
+# What a readable fd means, by kind (found once, at register or at the first peek).
+_ALWAYS = 0  # regular file, tty, device, listening or datagram socket: readable is READ
+_STREAM = 1  # stream socket: bytes, end of file or reset
+_PIPE = 2  # read end of a pipe or FIFO: bytes or end of file
+_PIPE_WRITER = 3  # write end of a pipe: readable only when the reader is gone
+
 _WANTS_READ = Event.READ.value
 _WANTS_WRITE = Event.WRITE.value
+_MSG_PEEK_NOW = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
+_SO_ACCEPTCONN = getattr(socket, "SO_ACCEPTCONN", 0x0002)
+_select = select.select
 
 
 def _kind_of(fd: int) -> int:
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
-        return _SOCKET if sys.platform == "win32" else _OTHER
+        # Windows sockets are not CRT fds; elsewhere, a bad fd fails in select() later.
+        return _STREAM if _WINDOWS else _ALWAYS
     if stat.S_ISSOCK(mode):
-        return _SOCKET
+        return _STREAM  # until a peek shows it is a listening or datagram socket
     if stat.S_ISFIFO(mode):
-        return _PIPE
-    return _OTHER  # regular files, ttys, devices: select() says ready, and they are
+        return _PIPE_WRITER if _is_write_end(fd) else _PIPE
+    return _ALWAYS  # regular files, ttys, devices: select() says ready, and they are
 
 
-def _peek_socket(fd: int) -> int:
-    """Classify a readable socket with no bytes counted: closed, reset, or other."""
+def _peek(fd: int, kinds: dict[int, int]) -> int:
+    """Classify a readable socket with no bytes counted: end of file, reset, or ready.
+
+    A socket that turns out to have no end of file (listening, datagram) is recorded in
+    ``kinds`` as ``_ALWAYS`` so that it is never peeked again.
+    """
     sock = socket.socket(fileno=fd)
     try:
-        if sock.type != socket.SOCK_STREAM:
-            return _READ  # a datagram socket has no end of file (an empty datagram is data)
-        if sock.getsockopt(socket.SOL_SOCKET, getattr(socket, "SO_ACCEPTCONN", 0x0002)):
-            return _READ  # a listening socket: a connection is waiting
+        if sock.type != socket.SOCK_STREAM or sock.getsockopt(socket.SOL_SOCKET, _SO_ACCEPTCONN):
+            kinds[fd] = _ALWAYS  # an empty datagram is data; a listener has a connection
+            return _READ
         try:
-            data = sock.recv(1, socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0))
+            data = sock.recv(1, _MSG_PEEK_NOW)
         except BlockingIOError:
-            return _READ  # nothing after all: a spurious wake-up, level will tell again
+            return _READ  # nothing after all: a spurious wake-up; level will tell again
         except OSError:
-            return _ERROR | _HANGUP
+            return _ERROR | _HANGUP  # reset (SPEC 7: no READ)
         return _READ if data else _HANGUP | _READ
     finally:
         sock.detach()
 
 
-def _has_bytes(fd: int) -> bool | None:
-    """Whether bytes are waiting on ``fd`` (None when it cannot be asked cheaply)."""
-    if _FIONREAD is None:
-        return None
-    try:
-        return fcntl.ioctl(fd, _FIONREAD, _NO_BYTES) != _NO_BYTES
-    except OSError:
-        return None
-
-
 class SelectMechanism(Mechanism):
-    """``select.select()``: level-triggered, at most ``FD_SETSIZE`` fds."""
+    """``select.select()``: level-triggered, fds below ``FD_SETSIZE`` only."""
 
     max_timeout: ClassVar[float] = 2_147_483.0
     invalid_fd_bit: ClassVar[int] = _INVALID
@@ -108,23 +133,27 @@ class SelectMechanism(Mechanism):
     )
 
     def __init__(self) -> None:
-        self._interest: dict[int, int] = {}  # fd -> Event bits
-        self._kinds: dict[int, int] = {}
+        self._interest: dict[int, int] = {}  # armed fd -> Event bits
+        self._kinds: dict[int, int] = {}  # registered fd -> kind (kept while disarmed)
         self._readers: list[int] = []
         self._writers: list[int] = []
         self._changed = False
+        # FIONREAD writes its count here: a mutable buffer spares a bytes object per call.
+        self._count = bytearray(len(_NO_BYTES))
 
     def register(self, fd: int, events: int) -> None:
-        if fd >= FD_SETSIZE and sys.platform != "win32":
+        if _WINDOWS:
+            if fd not in self._kinds and len(self._kinds) >= FD_SETSIZE:
+                raise Refusal(
+                    ErrorCode.TOOBIG,
+                    f"select() on Windows watches at most {FD_SETSIZE} sockets (FD_SETSIZE); "
+                    "use iopoll's native backend for more",
+                )
+        elif fd >= FD_SETSIZE:
             raise Refusal(
                 ErrorCode.TOOBIG,
-                f"fd {fd} is at or above FD_SETSIZE ({FD_SETSIZE}), the most select() can "
-                "watch; use iopoll with the EPOLL, KQUEUE or POLL backend",
-            )
-        if sys.platform == "win32" and fd not in self._interest and len(self._interest) >= FD_SETSIZE:
-            raise Refusal(
-                ErrorCode.TOOBIG,
-                f"select() on Windows watches at most {FD_SETSIZE} sockets (FD_SETSIZE)",
+                f"fd {fd} is at or above FD_SETSIZE ({FD_SETSIZE}), the highest select() can "
+                "watch; use iopoll with the EPOLL, KQUEUE or POLL backend for such fds",
             )
         self._kinds[fd] = _kind_of(fd)
         self.modify(fd, events)
@@ -145,62 +174,86 @@ class SelectMechanism(Mechanism):
             self._changed = True
 
     def poll(self, timeout: float, max_events: int) -> list[tuple[int, int]]:
+        # The hot path: it allocates only what it returns, plus a set in the rare case
+        # of unwanted bytes.  Translation is inline to spare a call per wait.
         if self._changed:
             self._readers = list(self._interest)
             self._writers = [fd for fd, ev in self._interest.items() if ev & _WANTS_WRITE]
             self._changed = False
         readers, writers = self._readers, self._writers
-        deadline = None if timeout < 0 else time.monotonic() + timeout
+        # The clock is read only when the wait may have to be resumed (see below).
+        deadline = time.monotonic() + timeout if timeout > 0 else 0.0
+        interest, kinds, count = self._interest, self._kinds, self._count
         while True:
             try:
-                readable, writable, _ = select.select(
+                readable, writable, _ = _select(
                     readers, writers, (), None if timeout < 0 else timeout
                 )
             except OSError as exc:
                 if exc.errno != errno.EBADF:
                     raise
-                return self._invalid_fds()
-            ready, parked = self._translate(readable, writable)
-            if ready or not parked:
+                invalid = self._invalid_fds()
+                if not invalid:
+                    return invalid
+                # The other fds may be ready too: leaving them out would break level
+                # triggering for this wait.  The Context drops the invalid ones.
+                for fd, _ in invalid:
+                    self.disarm(fd)
+                return invalid + self.poll(0, max_events)
+            ready: list[tuple[int, int]] = []
+            parked: set[int] | None = None
+            for fd in readable:
+                kind = kinds[fd]
+                if kind == _ALWAYS:
+                    bits = _READ
+                else:
+                    try:  # FIONREAD: are bytes waiting, or is this end of file?
+                        _ioctl(fd, _FIONREAD, count)
+                        bits = _READ if count != _NO_BYTES else self._without_bytes(fd, kind)
+                    except OSError:  # a listening socket (EINVAL), or Windows: no ioctl
+                        bits = self._without_bytes(fd, kind)
+                if not interest[fd] & _WANTS_READ:
+                    bits &= _NOT_READ
+                    if not bits:
+                        if parked is None:
+                            parked = set()
+                        parked.add(fd)
+                        continue
+                ready.append((fd, bits))
+            if writable:
+                if not ready:
+                    return [(fd, _WRITE) for fd in writable]
+                self._merge_writable(ready, writable)
                 return ready
-            # Only unwanted bytes woke us: wait again without those fds, for what is left.
+            if ready or parked is None or timeout == 0:
+                return ready
+            # Only unwanted bytes woke us: wait on without reading those fds, for the rest
+            # of the time.  They stay in the write set, where they may still become ready.
             readers = [fd for fd in readers if fd not in parked]
-            writers = [fd for fd in writers if fd not in parked]
-            if deadline is not None:
+            if timeout > 0:
                 timeout = max(0.0, deadline - time.monotonic())
             if not readers and not writers:
                 if timeout != 0:
                     time.sleep(timeout if timeout > 0 else self.max_timeout)
                 return []
 
-    def _translate(self, readable: list[int], writable: list[int]) -> tuple[list[tuple[int, int]], set[int]]:
-        interest = self._interest
-        kinds = self._kinds
-        bits_of: dict[int, int] = {}
-        parked: set[int] = set()
-        for fd in readable:
-            wanted = interest[fd]
-            kind = kinds[fd]
-            if kind == _OTHER:
-                bits = _READ
-            else:
-                has_bytes = _has_bytes(fd)
-                if has_bytes:
-                    bits = _READ
-                elif kind == _PIPE:
-                    bits = _HANGUP
-                else:
-                    bits = _peek_socket(fd)
-            if not wanted & _WANTS_READ:
-                bits &= ~_READ
-                if not bits:
-                    parked.add(fd)
-                    continue
-            bits_of[fd] = bits
+    def _without_bytes(self, fd: int, kind: int) -> int:
+        """What a readable fd with no bytes counted means, by kind."""
+        if kind == _STREAM:
+            return _peek(fd, self._kinds)
+        if kind == _PIPE:
+            return _HANGUP  # end of file: every writer is gone
+        return _ERROR  # _PIPE_WRITER: the reader is gone
+
+    @staticmethod
+    def _merge_writable(ready: list[tuple[int, int]], writable: list[int]) -> None:
+        position = {fd: index for index, (fd, _) in enumerate(ready)}
         for fd in writable:
-            bits_of[fd] = bits_of.get(fd, 0) | _WRITE
-            parked.discard(fd)
-        return list(bits_of.items()), parked
+            index = position.get(fd)
+            if index is None:
+                ready.append((fd, _WRITE))
+            else:
+                ready[index] = (fd, ready[index][1] | _WRITE)
 
     def _invalid_fds(self) -> list[tuple[int, int]]:
         bad = []
@@ -214,3 +267,5 @@ class SelectMechanism(Mechanism):
     def close(self) -> None:
         self._interest.clear()
         self._kinds.clear()
+        self._readers = []
+        self._writers = []

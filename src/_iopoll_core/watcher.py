@@ -134,8 +134,18 @@ class Watcher(_Uncopyable):
             return
         context = self._context()
         if self._state != ACTIVE or context is None:
+            if self._state == ACTIVE and not self._stream_open():
+                self._state = RETIRED  # closed while its context was being collected
+                return
             raise InactiveWatcherError("Cannot remove inactive watcher")
         context._remove(self)
+
+    def _stream_open(self) -> bool:
+        """Whether the handle still answers with the fd it was added with."""
+        try:
+            return self._probe() == self._fd
+        except (OSError, ValueError):
+            return False
 
     def _owning_context(self) -> Context:
         context = self._context()

@@ -14,6 +14,7 @@ Why the choices:
 from __future__ import annotations
 
 import errno
+import functools
 import select
 from typing import ClassVar
 
@@ -32,6 +33,7 @@ _TO_EPOLL = (
 )
 
 
+@functools.cache  # IntFlag arithmetic costs microseconds; re-arming a one-shot is hot
 def epoll_mask(events: int) -> int:
     """The epoll registration mask for ``Event`` bits (ERROR and HANGUP are implied)."""
     mask = 0

@@ -8,6 +8,7 @@ Regular files and ``/dev/null`` are accepted and always ready.
 
 from __future__ import annotations
 
+import functools
 import select
 import sys
 from typing import ClassVar
@@ -27,6 +28,7 @@ _TO_POLL = (
 )
 
 
+@functools.cache  # IntFlag arithmetic costs microseconds; re-arming a one-shot is hot
 def poll_mask(events: int) -> int:
     """The poll() event mask for ``Event`` bits (POLLERR, POLLHUP, POLLNVAL are implied)."""
     mask = 0

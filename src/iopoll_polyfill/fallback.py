@@ -66,9 +66,17 @@ _WHOLE_SECONDS = (
     "whole seconds plus microseconds, e.g. wait(1, 500000) for 1.5 s"
 )
 
+_engine_wait = _EngineContext.wait
+
 
 class Context(_EngineContext):
-    """Watches handles and reports which are ready, with ``select.select()``."""
+    """Watches handles and reports which are ready, with ``select.select()``.
+
+    Only ``Backend.SELECT`` (or ``AUTO``, which resolves to it) is available; any other
+    backend raises ``BackendUnavailableError``.  fds at or above ``FD_SETSIZE`` are refused
+    with ``FailedHandleAddError`` (``code == ErrorCode.TOOBIG``), and
+    ``Event.EDGE_TRIGGERED`` with ``code == ErrorCode.NOSUPPORT``.
+    """
 
     __slots__ = ()
     _backend_type = Backend
@@ -90,9 +98,15 @@ class Context(_EngineContext):
         """Wait until watchers are ready and return them, one entry per watcher.
 
         ``timeout`` is ``None`` (until something is ready) or whole seconds as an ``int``;
-        ``microseconds`` (0..999999) is added to it.  A ``float`` or ``timedelta`` is a
-        ``TypeError``: code written this way runs unchanged on native ``iopoll``.
+        ``microseconds`` (0..999999) is added to it: ``wait(0, 250_000)`` waits 250 ms.
+        A ``float`` or ``timedelta`` is a ``TypeError`` (so code written for the polyfill
+        runs unchanged on native ``iopoll``, whose ``wait`` takes the same arguments).
+        At most ``max_events`` watchers are returned; the rest stay ready for the next call.
         """
-        if timeout is not None and (type(timeout) is not int):
+        if (
+            timeout is not None
+            and type(timeout) is not int
+            and (isinstance(timeout, bool) or not isinstance(timeout, int))
+        ):
             raise TypeError(_WHOLE_SECONDS.format(type(timeout).__name__))
-        return super().wait(timeout, microseconds, max_events)
+        return _engine_wait(self, timeout, microseconds, max_events)

@@ -129,10 +129,10 @@ def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
             os.close(read_end)
             try:
-                report = body()
+                outcome = body()
             except BaseException as exc:
-                report = {"child_error": f"{type(exc).__name__}: {exc}"}
-            os.write(write_end, json.dumps(report).encode())
+                outcome = {"child_error": f"{type(exc).__name__}: {exc}"}
+            os.write(write_end, json.dumps(outcome).encode())
             os.close(write_end)
         except BaseException:
             status = 1

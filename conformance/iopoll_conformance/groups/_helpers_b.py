@@ -9,6 +9,8 @@ import ssl
 import time
 from typing import Any
 
+import pytest
+
 from ..support import reported, short_wait, tls_pair
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "recv_exactly",
     "socketpair_on_fd",
     "tls_with_pending",
+    "wait_readable",
     "waits",
 ]
 
@@ -76,6 +79,13 @@ def fd_idle(fd: int) -> bool:
     return not readable
 
 
+def wait_readable(sock: Any) -> None:
+    """Block until the OS says ``sock`` is readable (loopback delivery is quick but async)."""
+    readable, _, _ = select.select([sock], [], [], _PATIENCE)
+    if not readable:
+        raise TimeoutError("nothing arrived")
+
+
 def nonblocking_pipe() -> tuple[Any, Any]:
     """A pipe as two unbuffered, non-blocking file objects: (read end, write end)."""
     read_fd, write_fd = os.pipe()
@@ -87,12 +97,23 @@ def nonblocking_pipe() -> tuple[Any, Any]:
 def socketpair_on_fd(fd: int) -> tuple[socket.socket, socket.socket]:
     """A fresh non-blocking AF_UNIX pair whose first end is moved onto fd number ``fd``.
 
-    ``os.dup2`` replaces whatever ``fd`` was (the caller closed it already, usually).
+    ``fd`` must be free (its stream closed); if something else took the number meanwhile
+    (the implementation may have opened an fd), the test is skipped rather than clobber it.
     """
-    first, peer = socket.socketpair()
-    os.dup2(first.fileno(), fd)
-    first.close()
-    sock = socket.socket(fileno=fd)
+    try:
+        os.fstat(fd)
+    except OSError:
+        pass
+    else:
+        pytest.skip(f"fd {fd} was taken by something else before it could be reused")
+    sock, peer = socket.socketpair()
+    if peer.fileno() == fd:  # the lowest free number went to the pair itself
+        sock, peer = peer, sock
+    if sock.fileno() != fd:
+        os.dup2(sock.fileno(), fd)
+        moved = socket.socket(fileno=fd)
+        sock.close()
+        sock = moved
     sock.setblocking(False)
     peer.setblocking(False)
     return sock, peer

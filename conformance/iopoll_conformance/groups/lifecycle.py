@@ -2,6 +2,365 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import pickle
+import weakref
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from ..support import poll_now, reported, short_wait
+from ._helpers_a import drain, in_child
+
+_INACTIVE = "(?i)inactive"
+
+
+class _Data:
+    """User data that can point back at its watcher (a reference cycle)."""
+
+    watcher: Any = None
+
 
 class LifecycleRules:
-    """Context and Watcher lifecycle: close, len, GC, copy, pickle, fork, modify, remove (SPEC 4, 5)."""
+    """Context and Watcher lifecycle: close, len, GC, copy, fork, modify, remove (SPEC 4, 5)."""
+
+    # -- close, with, len ----------------------------------------------------------------
+
+    def test_spec_4_len(self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]) -> None:
+        """SPEC 4: len(ctx) counts the active watchers; 0 after close."""
+        assert len(ctx) == 0
+        first = ctx.add(pair[0], api.Event.READ)
+        ctx.add(pair[1], api.Event.READ)
+        assert len(ctx) == 2
+        first.remove()
+        assert len(ctx) == 1
+        ctx.close()
+        assert len(ctx) == 0
+
+    def test_spec_4_close_is_idempotent(
+        self, api: ModuleType, backend: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4: close() deactivates every watcher and may be called again."""
+        ctx = api.Context(backend)
+        watchers = [ctx.add(pair[0], api.Event.READ), ctx.add(pair[1], api.Event.WRITE)]
+        ctx.close()
+        assert not any(w.is_active() for w in watchers)
+        ctx.close()
+        ctx.close()
+        assert len(ctx) == 0
+
+    def test_spec_4_context_manager(
+        self, api: ModuleType, backend: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4: ``with Context() as ctx`` yields the context and closes it on exit."""
+        with api.Context(backend) as ctx:
+            assert isinstance(ctx, api.Context)
+            watcher = ctx.add(pair[0], api.Event.WRITE)
+            assert short_wait(ctx) == [watcher]
+        assert not watcher.is_active()
+        with pytest.raises(api.PollError):
+            ctx.add(pair[1], api.Event.READ)
+
+    def test_spec_4_context_manager_closes_on_error(
+        self, api: ModuleType, backend: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4: the with block closes the context when an exception leaves it."""
+        with pytest.raises(KeyError), api.Context(backend) as ctx:
+            watcher = ctx.add(pair[0], api.Event.WRITE)
+            raise KeyError("out")
+        assert not watcher.is_active()
+        assert len(ctx) == 0
+
+    def test_spec_4_after_close(self, api: ModuleType, backend: Any, pair: tuple[Any, Any]) -> None:
+        """SPEC 4: after close add/wait raise PollError; watchers are inactive."""
+        ctx = api.Context(backend)
+        watcher = ctx.add(pair[0], api.Event.READ, "data")
+        ctx.close()
+        with pytest.raises(api.PollError):
+            ctx.add(pair[1], api.Event.READ)
+        with pytest.raises(api.PollError):
+            ctx.wait(0)
+        with pytest.raises(api.PollError):
+            ctx.wait()
+        assert watcher.is_active() is False
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.remove()
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.modify_events(api.Event.WRITE)
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.modify_data("new")
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.modify(api.Event.WRITE, "new")
+        assert watcher.data == "data"
+        assert watcher.watched_events == api.Event.READ
+
+    def test_poll_watcher_outlives_context(
+        self, api: ModuleType, backend: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.43, php-src poll_watcher_outlives_context.phpt: a collected context's watchers."""
+        ctx = api.Context(backend)
+        watcher = ctx.add(pair[0], api.Event.READ, "kept")
+        ref = weakref.ref(ctx)
+        del ctx
+        gc.collect()
+        assert ref() is None, "a watcher must not keep its context alive"
+        assert watcher.is_active() is False
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.remove()
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.modify_events(api.Event.WRITE)
+        with pytest.raises(api.InactiveWatcherError):
+            watcher.modify_data("x")  # B.45
+        assert watcher.data == "kept"
+        assert watcher.handle.stream is pair[0]
+        assert watcher.watched_events == api.Event.READ
+
+    def test_poll_watcher_gc_cycle(
+        self, api: ModuleType, backend: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.44, php-src poll_watcher_gc_cycle.phpt: watcher -> data -> watcher is collectable."""
+        collected: list[str] = []
+
+        def build() -> weakref.ref[Any]:
+            ctx = api.Context(backend)
+            data = _Data()
+            data.watcher = ctx.add(pair[0], api.Event.READ, data)
+            weakref.finalize(data, collected.append, "data")
+            return weakref.ref(ctx)
+
+        ref = build()
+        gc.collect()
+        assert ref() is None
+        assert collected == ["data"]
+
+    def test_spec_4_context_holds_watchers(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.44, SPEC 5: the context holds its watchers: dropping ours does not remove them."""
+        ref = weakref.ref(ctx.add(pair[1], api.Event.READ, "held"))
+        gc.collect()
+        assert ref() is not None
+        pair[0].send(b"x")
+        assert reported(short_wait(ctx)) == {"held": api.Event.READ}
+
+    # -- construction, copy, pickle ---------------------------------------------------------
+
+    def test_spec_5_watcher_not_constructible(self, api: ModuleType, pair: tuple[Any, Any]) -> None:
+        """SPEC 5: calling Watcher(...) directly is a TypeError."""
+        with pytest.raises(TypeError):
+            api.Watcher()
+        with pytest.raises(TypeError):
+            api.Watcher(api.StreamPollHandle(pair[0]), api.Event.READ)
+
+    def test_poll_double_construct(self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]) -> None:
+        """B.7, php-src poll_double_construct.phpt: __init__ again is a TypeError, no change."""
+        with pytest.raises(TypeError):
+            ctx.__init__()
+        assert ctx.wait(0) == []
+        handle = api.StreamPollHandle(pair[0])
+        with pytest.raises(TypeError):
+            handle.__init__(pair[1])
+        assert handle.stream is pair[0]
+
+    def test_poll_clone_not_allowed(self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]) -> None:
+        """B.8, php-src poll_clone_not_allowed.phpt: copy/deepcopy/pickle are TypeErrors."""
+        handle = api.StreamPollHandle(pair[0])
+        watcher = ctx.add(handle, api.Event.READ)
+        operations: list[Callable[[Any], Any]] = [
+            copy.copy,
+            copy.deepcopy,
+            pickle.dumps,
+            lambda obj: pickle.dumps(obj, protocol=0),
+        ]
+        for obj in (ctx, watcher, handle):
+            for operation in operations:
+                with pytest.raises(TypeError):
+                    operation(obj)
+        assert watcher.is_active()
+
+    # -- fork --------------------------------------------------------------------------------
+
+    def test_spec_4_fork_child_refused(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.10, SPEC 4: in a forked child add/wait/modify raise code PERMISSION."""
+        watcher = ctx.add(pair[0], api.Event.WRITE)
+
+        def child() -> dict[str, Any]:
+            outcome: dict[str, Any] = {}
+            calls: dict[str, Callable[[], object]] = {
+                "add": lambda: ctx.add(pair[1], api.Event.READ),
+                "wait": lambda: ctx.wait(0),
+                "modify": lambda: watcher.modify(api.Event.READ),
+                "modify_events": lambda: watcher.modify_events(api.Event.READ),
+            }
+            for name, call in calls.items():
+                try:
+                    call()
+                    outcome[name] = "no error"
+                except api.FailedPollOperationError as exc:
+                    outcome[name] = [type(exc).__name__, int(exc.code)]
+                except Exception as exc:
+                    outcome[name] = f"{type(exc).__name__}: {exc}"
+            return outcome
+
+        report = in_child(child)
+        permission = int(api.ErrorCode.PERMISSION)
+        assert report == {
+            "add": ["FailedHandleAddError", permission],
+            "wait": ["FailedPollWaitError", permission],
+            "modify": ["FailedWatcherModificationError", permission],
+            "modify_events": ["FailedWatcherModificationError", permission],
+        }
+        # The parent's context is untouched.
+        assert short_wait(ctx) == [watcher]
+        assert watcher.watched_events == api.Event.WRITE
+
+    # -- modify ------------------------------------------------------------------------------
+
+    def test_poll_stream_sock_modify_write(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.40, php-src poll_stream_sock_modify_write.phpt: modify replaces events and data."""
+        watcher = ctx.add(pair[0], api.Event.READ, "read")
+        assert poll_now(ctx) == []
+        watcher.modify(api.Event.WRITE, "write")
+        assert watcher.watched_events == api.Event.WRITE
+        assert watcher.data == "write"
+        assert reported(short_wait(ctx)) == {"write": api.Event.WRITE}
+        watcher.modify(api.Event.READ)
+        assert watcher.data is None  # data defaults to None: replaced too
+        assert poll_now(ctx) == []
+
+    def test_spec_5_modify_events_keeps_data(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 5: modify_events changes only the events; accepts an iterable."""
+        watcher = ctx.add(pair[0], api.Event.READ, "kept")
+        watcher.modify_events([api.Event.WRITE, api.Event.READ])
+        assert watcher.watched_events == api.Event.READ | api.Event.WRITE
+        assert watcher.data == "kept"
+        assert reported(short_wait(ctx)) == {"kept": api.Event.WRITE}
+
+    def test_spec_5_modify_data_keeps_events(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.40, SPEC 5: modify_data changes only the data."""
+        watcher = ctx.add(pair[0], api.Event.WRITE, "old")
+        marker = object()
+        watcher.modify_data(marker)
+        assert watcher.data is marker
+        assert watcher.watched_events == api.Event.WRITE
+        assert short_wait(ctx) == [watcher]
+        assert watcher.data is marker
+
+    def test_spec_5_modify_events_first(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.40, SPEC 5: modify applies events first; if they fail, data is unchanged."""
+        watcher = ctx.add(pair[0], api.Event.WRITE, "old")
+        with pytest.raises(ValueError):
+            watcher.modify([], "new")
+        with pytest.raises(TypeError):
+            watcher.modify("READ", "new")
+        assert watcher.data == "old"
+        assert watcher.watched_events == api.Event.WRITE
+        assert reported(short_wait(ctx)) == {"old": api.Event.WRITE}
+
+    def test_spec_5_modify_events_first_backend_refusal(
+        self, api: ModuleType, backend: Any, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.40: a backend refusal of the events leaves the data unchanged too."""
+        if backend.supports_edge_triggering():
+            pytest.skip("EDGE_TRIGGERED is accepted here")
+        watcher = ctx.add(pair[0], api.Event.WRITE, "old")
+        with pytest.raises(api.FailedWatcherModificationError):
+            watcher.modify(api.Event.WRITE | api.Event.EDGE_TRIGGERED, "new")
+        assert watcher.data == "old"
+        assert watcher.watched_events == api.Event.WRITE
+
+    # -- remove ------------------------------------------------------------------------------
+
+    def test_poll_stream_sock_remove_write(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.41, php-src poll_stream_sock_remove_write.phpt: others keep reporting."""
+        a, b = pair
+        first = ctx.add(a, api.Event.WRITE, "a")
+        second = ctx.add(b, api.Event.WRITE, "b")
+        assert reported(short_wait(ctx)) == {"a": api.Event.WRITE, "b": api.Event.WRITE}
+        first.remove()
+        assert first.is_active() is False
+        assert second.is_active() is True
+        assert short_wait(ctx) == [second]
+        assert short_wait(ctx) == [second]
+        a.send(b"still usable")
+        assert drain(b) == b"still usable"
+
+    def test_poll_weakhandle_manual_remove(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.42, php-src poll_weakhandle_manual_remove.phpt: remove twice: InactiveWatcherError."""
+        watcher = ctx.add(pair[0], api.Event.READ)
+        watcher.remove()
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.remove()
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.modify_data(1)  # B.45
+        with pytest.raises(api.InactiveWatcherError, match=_INACTIVE):
+            watcher.modify_events(api.Event.WRITE)
+        assert len(ctx) == 0
+
+    # -- triggered_events, has_triggered ----------------------------------------------------
+
+    def test_spec_5_triggered_events(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.31, SPEC 5: Event(0) before a report, kept until the next report."""
+        a, b = pair
+        watcher = ctx.add(b, api.Event.READ)
+        assert watcher.triggered_events == api.Event(0)
+        assert isinstance(watcher.triggered_events, api.Event)
+        assert poll_now(ctx) == []
+        assert watcher.triggered_events == api.Event(0)
+        a.send(b"x")
+        assert short_wait(ctx) == [watcher]
+        assert watcher.triggered_events == api.Event.READ
+        drain(b)
+        assert poll_now(ctx) == []
+        assert watcher.triggered_events == api.Event.READ  # not cleared
+        watcher.modify_events(api.Event.WRITE)
+        assert short_wait(ctx) == [watcher]
+        assert watcher.triggered_events == api.Event.WRITE
+
+    def test_poll_stream_tcp_read_one_shot_triggered(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """B.31, php-src poll_stream_tcp_read_one_shot.phpt: never ONESHOT/EDGE_TRIGGERED."""
+        watcher = ctx.add(pair[0], api.Event.WRITE | api.Event.ONESHOT)
+        assert short_wait(ctx) == [watcher]
+        assert watcher.triggered_events == api.Event.WRITE
+        assert not watcher.has_triggered(api.Event.ONESHOT)
+        if ctx.backend.supports_edge_triggering():
+            edge = ctx.add(pair[1], api.Event.WRITE | api.Event.EDGE_TRIGGERED)
+            assert short_wait(ctx) == [edge]
+            assert edge.triggered_events == api.Event.WRITE
+            assert not edge.has_triggered(api.Event.EDGE_TRIGGERED)
+
+    def test_spec_5_has_triggered(self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]) -> None:
+        """SPEC 5: has_triggered(event) is true when every flag of event was reported."""
+        e = api.Event
+        watcher = ctx.add(pair[1], e.READ | e.WRITE)
+        assert not watcher.has_triggered(e.WRITE)
+        assert short_wait(ctx) == [watcher]
+        assert watcher.has_triggered(e.WRITE)
+        assert not watcher.has_triggered(e.READ)
+        assert not watcher.has_triggered(e.READ | e.WRITE)
+        pair[0].send(b"x")
+        assert short_wait(ctx) == [watcher]
+        assert watcher.has_triggered(e.READ)
+        assert watcher.has_triggered(e.READ | e.WRITE)
+        assert not watcher.has_triggered(e.HANGUP)

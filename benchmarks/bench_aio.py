@@ -1,0 +1,207 @@
+"""TCP echo round trips: stock asyncio vs ``iopoll.aio`` vs uvloop.
+
+    python -m benchmarks.bench_aio [--quick] [--duration SECONDS] [--concurrency 1 10 100]
+
+Each column runs the same asyncio ``Protocol`` echo server (1 KiB messages) in its own
+process, on its own event loop.  The load comes from one client process, the same for
+every column (uvloop when installed, else stock asyncio): N connections, each sending
+1 KiB and waiting for the 1 KiB echo before sending again.  Reported: round trips per
+second, and the ratio to stock asyncio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+MESSAGE = b"x" * 1024
+LOOPS = ("asyncio", "iopoll.aio", "uvloop")
+
+
+def _loop_factory(name: str) -> Any:
+    if name == "asyncio":
+        return asyncio.SelectorEventLoop
+    if name == "iopoll.aio":
+        import iopoll.aio
+
+        return iopoll.aio.new_event_loop
+    import uvloop
+
+    return uvloop.new_event_loop
+
+
+def _run(name: str, coro: Any) -> Any:
+    loop = _loop_factory(name)()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+# -- server process ----------------------------------------------------------------------
+
+
+class EchoProtocol(asyncio.Protocol):
+    """Writes back whatever it receives."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+async def _serve() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(EchoProtocol, "127.0.0.1", 0, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    # Serve until the parent closes our stdin.
+    await loop.run_in_executor(None, sys.stdin.read)
+    server.close()
+
+
+# -- client process ----------------------------------------------------------------------
+
+
+class ClientProtocol(asyncio.Protocol):
+    """Sends 1 KiB, waits for it to come back whole, repeats; counts round trips."""
+
+    def __init__(self, counter: list[int]) -> None:
+        self.counter = counter
+        self.pending = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+        self._send()
+
+    def _send(self) -> None:
+        self.pending = len(MESSAGE)
+        self.transport.write(MESSAGE)
+
+    def data_received(self, data: bytes) -> None:
+        self.pending -= len(data)
+        if self.pending <= 0:
+            self.counter[0] += 1
+            self._send()
+
+
+async def _client(port: int, concurrency: int, duration: float) -> dict[str, float]:
+    loop = asyncio.get_running_loop()
+    counter = [0]
+    transports = []
+    for _ in range(concurrency):
+        transport, _ = await loop.create_connection(
+            lambda: ClientProtocol(counter), "127.0.0.1", port
+        )
+        transports.append(transport)
+    await asyncio.sleep(min(0.2, duration / 4))  # warm-up
+    start_count, start = counter[0], time.perf_counter()
+    await asyncio.sleep(duration)
+    count, elapsed = counter[0] - start_count, time.perf_counter() - start
+    for transport in transports:
+        transport.close()
+    return {"requests": count, "seconds": elapsed}
+
+
+def _client_loop() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+# -- driver ------------------------------------------------------------------------------
+
+
+def _measure(server_loop: str, concurrency: int, duration: float) -> float:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bench_aio", "--serve", server_loop],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        port = int(server.stdout.readline())
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.bench_aio",
+                "--client",
+                str(port),
+                str(concurrency),
+                str(duration),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=duration + 60,
+        ).stdout
+        result = json.loads(out)
+        return float(result["requests"] / result["seconds"])
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _available(name: str) -> bool:
+    try:
+        _loop_factory(name)
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line entry point (also the server and client processes)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="0.5 s per cell")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per cell")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--serve", choices=LOOPS, help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.serve:
+        _run(args.serve, _serve())
+        return
+    if args.client:
+        port, concurrency, duration = args.client
+        result = _run(_client_loop(), _client(int(port), int(concurrency), float(duration)))
+        print(json.dumps(result))
+        return
+
+    duration = 0.5 if args.quick else args.duration
+    columns = [name for name in LOOPS if _available(name)]
+    print(
+        f"TCP echo, 1 KiB messages, {duration:g} s per cell, client on {_client_loop()}, "
+        f"Python {sys.version.split()[0]}"
+    )
+    header = f"{'clients':>8} " + " ".join(f"{name + ' req/s':>18}" for name in columns)
+    header += " " + " ".join(f"{name + ' ratio':>18}" for name in columns[1:])
+    print(header)
+    for concurrency in args.concurrency:
+        rates = {name: _measure(name, concurrency, duration) for name in columns}
+        row = f"{concurrency:>8} " + " ".join(f"{rates[name]:>18,.0f}" for name in columns)
+        row += " " + " ".join(f"{rates[name] / rates['asyncio']:>17.2f}x" for name in columns[1:])
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

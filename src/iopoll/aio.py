@@ -1,0 +1,357 @@
+"""asyncio on an iopoll ``Context``: a ``selectors`` selector, an event loop, and ``run()``.
+
+Used the way uvloop is::
+
+    import iopoll.aio
+
+    iopoll.aio.run(main())
+    # or, on Python 3.11+:
+    with asyncio.Runner(loop_factory=iopoll.aio.new_event_loop) as runner:
+        runner.run(main())
+
+There is deliberately no ``install()`` and no event loop policy: asyncio's policy system is
+deprecated from Python 3.14, and a loop factory is all asyncio needs.
+
+``IoPollSelector`` keeps the semantics of the standard library selector of the same
+mechanism (``EpollSelector``, ``PollSelector``, ``SelectSelector``), and is held to
+CPython's own ``test.test_selectors``.  Every fd is handed to the ``Context`` as a plain
+``int``: a selector is keyed by fd number, as the standard library's is, so a registration
+outlives the object it was made with until ``unregister()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import math
+import selectors
+import sys
+from collections.abc import Coroutine, Iterator, Mapping
+from selectors import EVENT_READ, EVENT_WRITE, SelectorKey
+from typing import Any, TypeVar
+
+from _iopoll_core.errors import (
+    FailedPollOperationError,
+    InactiveWatcherError,
+    PollError,
+)
+from _iopoll_core.events import ErrorCode, Event
+from _iopoll_core.watcher import Watcher
+
+from ._backend import Backend, Context
+
+__all__ = ["IoPollSelector", "Loop", "new_event_loop", "run"]
+
+_T = TypeVar("_T")
+_FileObj = Any  # an int fd or an object with fileno(), as selectors takes
+
+_VALID_EVENTS = EVENT_READ | EVENT_WRITE
+# selectors' EVENT_READ/EVENT_WRITE have the bit values of Event.READ/Event.WRITE; a tuple
+# lookup avoids building an IntFlag on every register/modify.
+_TO_EVENT: tuple[Event, ...] = (Event(0), Event.READ, Event.WRITE, Event.READ | Event.WRITE)
+
+
+def _fold(triggered: int) -> int:
+    # What the standard library's poll-like selectors do: any bit but "in" wakes writers,
+    # any bit but "out" wakes readers; so error and hang-up wake both directions.
+    mask = 0
+    if triggered & ~int(Event.READ):
+        mask |= EVENT_WRITE
+    if triggered & ~int(Event.WRITE):
+        mask |= EVENT_READ
+    return mask
+
+
+# Triggered events (READ, WRITE, ERROR, HANGUP, ...) -> selectors mask, before "& key.events".
+_FOLD: tuple[int, ...] = tuple(_fold(bits) for bits in range(256))
+
+
+def _fileobj_to_fd(fileobj: _FileObj) -> int:
+    """The fd of ``fileobj`` (an ``int`` or an object with ``fileno()``); ``ValueError`` if none."""
+    if isinstance(fileobj, int):
+        fd = fileobj
+    else:
+        try:
+            fd = int(fileobj.fileno())
+        except (AttributeError, TypeError, ValueError):
+            raise ValueError(
+                f"fileobj must be a file descriptor or an object with fileno(), not {fileobj!r}"
+            ) from None
+    if fd < 0:
+        raise ValueError(f"fileobj has an invalid file descriptor: {fd}")
+    return fd
+
+
+def _check_events(events: int) -> None:
+    if not events or events & ~_VALID_EVENTS:
+        raise ValueError(f"events must be EVENT_READ, EVENT_WRITE or both, not {events!r}")
+
+
+def _as_os_error(exc: FailedPollOperationError) -> OSError | ValueError:
+    """The plain ``OSError`` the standard library selector raises for the same failure.
+
+    ``OSError(errno, ...)`` picks the errno's subclass (``PermissionError`` for EPERM).
+    """
+    if exc.errno is None:
+        if exc.code == ErrorCode.TOOBIG:  # SELECT's FD_SETSIZE: select() itself says ValueError
+            return ValueError(str(exc))
+        return OSError(str(exc))
+    return OSError(exc.errno, exc.strerror or str(exc))
+
+
+class _SelectorMapping(Mapping[_FileObj, SelectorKey]):
+    """The live, read-only view that ``get_map()`` returns: file object or fd -> key."""
+
+    __slots__ = ("_selector",)
+
+    def __init__(self, selector: IoPollSelector) -> None:
+        self._selector = selector
+
+    def __len__(self) -> int:
+        return len(self._selector._fd_to_key)
+
+    def __getitem__(self, fileobj: _FileObj) -> SelectorKey:
+        selector = self._selector
+        key = selector._fd_to_key.get(selector._fileobj_lookup(fileobj))
+        if key is None:
+            raise KeyError(f"{fileobj!r} is not registered")
+        return key
+
+    def get(self, fileobj: _FileObj, default: Any = None) -> Any:
+        """The key of ``fileobj``, or ``default`` (asyncio calls this on every add_reader)."""
+        selector = self._selector
+        fd = fileobj if type(fileobj) is int else selector._fileobj_lookup(fileobj)
+        return selector._fd_to_key.get(fd, default)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._selector._fd_to_key)
+
+
+class IoPollSelector(selectors.BaseSelector):
+    """A ``selectors.BaseSelector`` on an iopoll ``Context``.
+
+    ``IoPollSelector(backend=Backend.AUTO)``.  Errors are those of the standard library
+    selector of the same mechanism: ``ValueError`` for a bad file object or events,
+    ``KeyError`` for a duplicate or unknown registration, ``OSError`` (``EBADF``) for a
+    closed fd on ``EPOLL``, ``PermissionError`` for a regular file on ``EPOLL`` (``POLL``
+    and ``SELECT`` accept it, always ready).  Error and hang-up are reported as
+    ``EVENT_READ``/``EVENT_WRITE``, masked by what was registered.  ``unregister()`` works
+    after the fd was closed, and with its number reused.
+
+    Differences, all on fds closed while registered: such an fd is reported at most once
+    (``POLL``'s ``POLLNVAL``, ``SELECT``'s ``EBADF``) instead of on every ``select()``
+    (``PollSelector``) or as an ``OSError`` from every ``select()`` (``SelectSelector``).
+    On ``SELECT`` a fd at or above ``FD_SETSIZE`` is refused by ``register()`` with
+    ``ValueError`` rather than by every later ``select()``.
+    """
+
+    def __init__(self, backend: Backend = Backend.AUTO) -> None:
+        self._context = Context(backend)
+        self._fd_to_key: dict[int, SelectorKey] = {}
+        self._watchers: dict[int, Watcher] = {}
+        self._map = _SelectorMapping(self)
+        self._closed = False
+        # epoll and poll take milliseconds: round up, so the wait lasts at least as asked.
+        self._round_up_to_ms = self._context.backend in (Backend.EPOLL, Backend.POLL)
+
+    @property
+    def backend(self) -> Backend:
+        """The concrete backend of the underlying ``Context`` (never ``AUTO``)."""
+        return self._context.backend
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._fd_to_key)} registered"
+        return f"<{type(self).__name__} backend={self.backend.name} {state}>"
+
+    # -- lookup -------------------------------------------------------------------------
+
+    def _fileobj_lookup(self, fileobj: _FileObj) -> int:
+        """The fd of ``fileobj``; a closed file object is found among the keys by identity."""
+        try:
+            return _fileobj_to_fd(fileobj)
+        except ValueError:
+            for key in self._fd_to_key.values():
+                if key.fileobj is fileobj:
+                    return key.fd
+            raise
+
+    def _registered_fd(self, fileobj: _FileObj) -> int:
+        fd = self._fileobj_lookup(fileobj)
+        if fd not in self._fd_to_key:
+            raise KeyError(f"{fileobj!r} is not registered")
+        return fd
+
+    # -- BaseSelector ------------------------------------------------------------------
+
+    def register(self, fileobj: _FileObj, events: int, data: Any = None) -> SelectorKey:
+        """Register ``fileobj`` for ``events`` (``EVENT_READ``, ``EVENT_WRITE`` or both)."""
+        _check_events(events)
+        fd = _fileobj_to_fd(fileobj)
+        if self._closed:
+            raise RuntimeError("Selector is closed")
+        if fd in self._fd_to_key:
+            raise KeyError(f"{fileobj!r} (FD {fd}) is already registered")
+        try:
+            self._watchers[fd] = self._context.add(fd, _TO_EVENT[events], fd)
+        except FailedPollOperationError as exc:
+            raise _as_os_error(exc) from exc
+        key = self._fd_to_key[fd] = SelectorKey(fileobj, fd, events, data)
+        return key
+
+    def unregister(self, fileobj: _FileObj) -> SelectorKey:
+        """Unregister ``fileobj`` and return its key; works after its fd was closed."""
+        fd = self._registered_fd(fileobj)
+        key = self._fd_to_key.pop(fd)
+        watcher = self._watchers.pop(fd)
+        try:
+            watcher.remove()
+        except InactiveWatcherError:
+            pass  # already dropped by the Context (fd closed behind its back)
+        return key
+
+    def modify(self, fileobj: _FileObj, events: int, data: Any = None) -> SelectorKey:
+        """Change what ``fileobj`` is registered for, and its data.
+
+        A change of data alone makes no system call.  If the backend refuses the new
+        events, ``fileobj`` is unregistered and the error raised (as the standard library
+        does).
+        """
+        fd = self._registered_fd(fileobj)
+        key = self._fd_to_key[fd]
+        if events != key.events:
+            _check_events(events)
+            try:
+                self._watchers[fd].modify_events(_TO_EVENT[events])
+            except InactiveWatcherError:
+                self._rearm(fd, events)
+            except BaseException as exc:
+                self.unregister(fileobj)
+                if isinstance(exc, FailedPollOperationError):
+                    raise _as_os_error(exc) from exc
+                raise
+        elif data is key.data:
+            return key
+        key = self._fd_to_key[fd] = SelectorKey(key.fileobj, fd, events, data)
+        return key
+
+    def _rearm(self, fd: int, events: int) -> None:
+        # The Context dropped this fd (reported closed); register it afresh, or give up.
+        try:
+            self._watchers[fd] = self._context.add(fd, _TO_EVENT[events], fd)
+        except FailedPollOperationError as exc:
+            del self._fd_to_key[fd], self._watchers[fd]
+            raise _as_os_error(exc) from exc
+
+    def select(self, timeout: float | None = None) -> list[tuple[SelectorKey, int]]:
+        """Wait for registered file objects to be ready, up to ``timeout`` seconds.
+
+        ``None`` waits until one is; ``0`` or less polls.  Returns ``(key, events)`` pairs.
+        A signal whose handler returns is retried with the remaining time (PEP 475).
+        """
+        if timeout is not None:
+            if timeout <= 0:
+                timeout = 0.0
+            elif self._round_up_to_ms:
+                timeout = math.ceil(timeout * 1e3) * 1e-3
+        try:
+            ready = self._context.wait(timeout)
+        except FailedPollOperationError as exc:
+            if exc.errno == errno.EINTR:
+                return []
+            raise _as_os_error(exc) from exc
+        except PollError:
+            raise RuntimeError("Selector is closed") from None
+        if not ready:
+            return []
+        fd_to_key = self._fd_to_key
+        fold = _FOLD
+        result: list[tuple[SelectorKey, int]] = []
+        append = result.append
+        for watcher in ready:
+            key = fd_to_key[watcher.data]
+            append((key, fold[watcher.triggered_events] & key.events))
+        return result
+
+    def close(self) -> None:
+        """Release the ``Context``; every key is forgotten.  Idempotent."""
+        self._closed = True
+        self._fd_to_key.clear()
+        self._watchers.clear()
+        self._context.close()
+
+    def get_key(self, fileobj: _FileObj) -> SelectorKey:
+        """The key ``fileobj`` is registered with; ``KeyError`` if it is not."""
+        if self._closed:
+            raise RuntimeError("Selector is closed")
+        return self._map[fileobj]
+
+    def get_map(self) -> Mapping[_FileObj, SelectorKey]:
+        """A live, read-only mapping of file objects (or fds) to keys."""
+        return self._map
+
+
+class Loop(asyncio.SelectorEventLoop):
+    """An ``asyncio.SelectorEventLoop`` on an ``IoPollSelector`` (the default selector)."""
+
+    def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
+        super().__init__(IoPollSelector() if selector is None else selector)
+
+
+def new_event_loop() -> Loop:
+    """A new ``Loop`` on ``IoPollSelector(Backend.AUTO)``: a ``loop_factory`` for asyncio."""
+    return Loop()
+
+
+def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
+    """Run coroutine ``main`` on a new ``Loop`` and close it, as ``asyncio.run`` does.
+
+    Tasks still pending when ``main`` returns are cancelled, async generators finalized and
+    the default executor shut down.  ``debug`` sets the loop's debug mode.
+    """
+    if asyncio._get_running_loop() is not None:
+        raise RuntimeError("iopoll.aio.run() cannot be called from a running event loop")
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
+            return runner.run(main)
+    return _run_without_runner(main, debug)
+
+
+def _run_without_runner(main: Coroutine[Any, Any, _T], debug: bool | None) -> _T:
+    # Python 3.10: asyncio.run has no loop_factory and asyncio.Runner does not exist yet;
+    # this is asyncio.run's own sequence, on a Loop.
+    if not asyncio.iscoroutine(main):
+        raise ValueError(f"a coroutine was expected, got {main!r}")
+    loop = new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        if debug is not None:
+            loop.set_debug(debug)
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            _cancel_all_tasks(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _cancel_all_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    for task in tasks:
+        if task.cancelled():
+            continue
+        if task.exception() is not None:
+            loop.call_exception_handler(
+                {
+                    "message": "unhandled exception during iopoll.aio.run() shutdown",
+                    "exception": task.exception(),
+                    "task": task,
+                }
+            )

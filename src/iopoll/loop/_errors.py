@@ -1,0 +1,91 @@
+"""The callback types and the errors of ``iopoll.loop``."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+__all__ = ["CallbackType", "InvalidCallbackError", "UncaughtError", "UnsupportedFeatureError"]
+
+
+class CallbackType(enum.Enum):
+    """What kind of event a callback waits for."""
+
+    DEFER = "defer"
+    DELAY = "delay"
+    REPEAT = "repeat"
+    READABLE = "readable"
+    WRITABLE = "writable"
+    SIGNAL = "signal"
+
+
+def describe(fn: object) -> str:
+    """``module.qualname defined in file:line`` for a function, ``repr`` for anything else."""
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    module = getattr(fn, "__module__", None)
+    if module:
+        name = f"{module}.{name}"
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        name += f" defined in {code.co_filename}:{code.co_firstlineno}"
+    return name
+
+
+class InvalidCallbackError(Exception):
+    """An unknown callback id, or a callback that returned something other than ``None``.
+
+    ``callback_id`` is the id concerned; ``code`` is ``NONNULL_RETURN`` or
+    ``INVALID_IDENTIFIER``.
+    """
+
+    NONNULL_RETURN = 1
+    INVALID_IDENTIFIER = 2
+
+    def __init__(self, callback_id: str, message: str, code: int = INVALID_IDENTIFIER) -> None:
+        super().__init__(message)
+        self.callback_id = callback_id
+        self.code = code
+
+    @classmethod
+    def invalid_identifier(cls, callback_id: str) -> InvalidCallbackError:
+        """The error for an id that is unknown or already cancelled."""
+        return cls(callback_id, f"Invalid callback identifier {callback_id!r}")
+
+    @classmethod
+    def nonnull_return(cls, callback_id: str, fn: object, value: object) -> InvalidCallbackError:
+        """The error for a callback that returned ``value`` instead of ``None``."""
+        return cls(
+            callback_id,
+            f"Non-None return value received from callback {describe(fn)}: "
+            f"{type(value).__name__} (callbacks must return None; "
+            "an async def function is not a callback)",
+            cls.NONNULL_RETURN,
+        )
+
+
+class UncaughtError(Exception):
+    """Ends ``run()``: a callback, or the error handler, raised; ``__cause__`` is that exception."""
+
+    @classmethod
+    def from_callback(cls, fn: Callable[..., object], exc: BaseException) -> UncaughtError:
+        """The error raised by ``run()`` when callback ``fn`` raised ``exc`` and no handler is set."""
+        error = cls(
+            f"Uncaught {type(exc).__qualname__} thrown in event loop callback {describe(fn)}; "
+            f"use set_error_handler() to handle such exceptions: {exc}"
+        )
+        error.__cause__ = exc
+        return error
+
+    @classmethod
+    def from_handler(cls, fn: Callable[..., object], exc: BaseException) -> UncaughtError:
+        """The error raised by ``run()`` when the error handler ``fn`` itself raised ``exc``."""
+        error = cls(
+            f"Uncaught {type(exc).__qualname__} thrown in event loop error handler "
+            f"{describe(fn)}: {exc}"
+        )
+        error.__cause__ = exc
+        return error
+
+
+class UnsupportedFeatureError(Exception):
+    """A feature this driver, thread or installation cannot offer (signals, suspensions)."""

@@ -1,0 +1,61 @@
+"""``DriverFactory``: picks the driver, honouring ``IOPOLL_LOOP_DRIVER`` and ``..._DEBUG_TRACE``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from ._base import Driver
+
+__all__ = ["DriverFactory"]
+
+DRIVER_VARIABLE = "IOPOLL_LOOP_DRIVER"
+TRACE_VARIABLE = "IOPOLL_LOOP_DEBUG_TRACE"
+
+
+class DriverFactory:
+    """Makes the driver a thread gets from ``get_driver()``.
+
+    ``IOPOLL_LOOP_DRIVER=package.module:Class`` names the class to use (a ``Driver``
+    subclass); otherwise ``IoPollDriver``, or ``SelectorsDriver`` where iopoll has only the
+    select backend.  ``IOPOLL_LOOP_DEBUG_TRACE=1`` wraps the driver in ``TracingDriver``.
+    """
+
+    def create(self) -> Driver:
+        """A new driver, as the environment asks."""
+        name = os.environ.get(DRIVER_VARIABLE, "")
+        driver = self._named(name) if name else self._default()
+        if os.environ.get(TRACE_VARIABLE, "") not in ("", "0"):
+            from ._tracing import TracingDriver
+
+            driver = TracingDriver(driver)
+        return driver
+
+    @staticmethod
+    def _default() -> Driver:
+        from .._backend import Backend
+
+        if Backend.AUTO.resolve() is Backend.SELECT:
+            from ._selectors_driver import SelectorsDriver
+
+            return SelectorsDriver()
+        from ._iopoll_driver import IoPollDriver
+
+        return IoPollDriver()
+
+    @staticmethod
+    def _named(name: str) -> Driver:
+        module_name, colon, class_name = name.partition(":")
+        if not colon or not module_name or not class_name:
+            raise ValueError(
+                f"{DRIVER_VARIABLE}={name!r} must have the form package.module:Class"
+            )
+        try:
+            module = importlib.import_module(module_name)
+            cls = getattr(module, class_name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"{DRIVER_VARIABLE}={name!r} does not name a class: {exc}") from exc
+        if not (isinstance(cls, type) and issubclass(cls, Driver)):
+            raise ValueError(f"{DRIVER_VARIABLE}={name!r} does not name a Driver subclass")
+        driver: Driver = cls()
+        return driver

@@ -1,0 +1,196 @@
+"""``TracingDriver``: a decorator that records where each callback was made and cancelled."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._base import Driver, ErrorHandler
+from ._errors import CallbackType, InvalidCallbackError
+
+if TYPE_CHECKING:
+    from ._suspension import Suspension
+
+__all__ = ["TracingDriver"]
+
+
+def _trace() -> str:
+    # Drop the frames of this module: the trace starts where the user called us.
+    return "".join(traceback.format_stack()[:-3])
+
+
+class TracingDriver(Driver):
+    """Wraps a driver; ``dump()`` lists the callbacks keeping the loop alive and their origin.
+
+    It keeps a creation trace for every callback and a cancellation trace for every id it
+    saw cancelled (so it grows with use: a debugging tool).  ``InvalidCallbackError`` from
+    ``enable`` or ``reference`` gets both traces as notes.
+    """
+
+    def __init__(self, driver: Driver) -> None:
+        if not isinstance(driver, Driver):
+            raise TypeError(f"driver must be a Driver, not {type(driver).__name__}")
+        self._driver = driver
+        self._created: dict[str, str] = {}
+        self._cancelled: dict[str, str] = {}
+        self._enabled: set[str] = set()
+        self._unreferenced: set[str] = set()
+
+    @property
+    def driver(self) -> Driver:
+        """The wrapped driver."""
+        return self._driver
+
+    def _record(self, callback_id: str) -> str:
+        self._created[callback_id] = _trace()
+        self._enabled.add(callback_id)
+        return callback_id
+
+    def _forget(self, callback_id: str) -> None:
+        # Defer and delay callbacks are cancelled by the driver before they run.
+        self._cancelled.setdefault(callback_id, "cancelled by the loop before it ran the callback")
+        self._enabled.discard(callback_id)
+        self._unreferenced.discard(callback_id)
+
+    def _once(self, fn: Callable[[str], None]) -> Callable[[str], None]:
+        def once(callback_id: str) -> None:
+            self._forget(callback_id)
+            return fn(callback_id)
+
+        once.__qualname__ = getattr(fn, "__qualname__", once.__qualname__)
+        once.__module__ = getattr(fn, "__module__", once.__module__)
+        return once
+
+    def queue(self, fn: Callable[..., None], /, *args: Any) -> None:
+        self._driver.queue(fn, *args)
+
+    def defer(self, fn: Callable[[str], None]) -> str:
+        from ._callbacks import check_callback
+
+        check_callback(fn)
+        return self._record(self._driver.defer(self._once(fn)))
+
+    def delay(self, seconds: float, fn: Callable[[str], None]) -> str:
+        from ._callbacks import check_callback
+
+        check_callback(fn)
+        return self._record(self._driver.delay(seconds, self._once(fn)))
+
+    def repeat(self, interval: float, fn: Callable[[str], None]) -> str:
+        return self._record(self._driver.repeat(interval, fn))
+
+    def on_readable(self, stream: Any, fn: Callable[[str, Any], None]) -> str:
+        return self._record(self._driver.on_readable(stream, fn))
+
+    def on_writable(self, stream: Any, fn: Callable[[str, Any], None]) -> str:
+        return self._record(self._driver.on_writable(stream, fn))
+
+    def on_signal(self, signum: int, fn: Callable[[str, int], None]) -> str:
+        return self._record(self._driver.on_signal(signum, fn))
+
+    def _annotate(self, error: InvalidCallbackError, callback_id: str) -> InvalidCallbackError:
+        notes = [f"Creation trace:\n{self._created.get(callback_id, '(no such callback was created)')}"]
+        if callback_id in self._cancelled:
+            notes.append(f"Cancellation trace:\n{self._cancelled[callback_id]}")
+        for note in notes:
+            if hasattr(error, "add_note"):
+                error.add_note(note)
+            else:  # Python 3.10
+                error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+        return error
+
+    def enable(self, callback_id: str) -> str:
+        try:
+            self._driver.enable(callback_id)
+        except InvalidCallbackError as error:
+            raise self._annotate(error, callback_id) from None
+        self._enabled.add(callback_id)
+        return callback_id
+
+    def disable(self, callback_id: str) -> str:
+        self._enabled.discard(callback_id)
+        return self._driver.disable(callback_id)
+
+    def cancel(self, callback_id: str) -> None:
+        self._driver.cancel(callback_id)
+        if callback_id in self._created and callback_id not in self._cancelled:
+            self._cancelled[callback_id] = _trace()
+        self._enabled.discard(callback_id)
+        self._unreferenced.discard(callback_id)
+
+    def reference(self, callback_id: str) -> str:
+        try:
+            self._driver.reference(callback_id)
+        except InvalidCallbackError as error:
+            raise self._annotate(error, callback_id) from None
+        self._unreferenced.discard(callback_id)
+        return callback_id
+
+    def unreference(self, callback_id: str) -> str:
+        if callback_id in self._created and callback_id not in self._cancelled:
+            self._unreferenced.add(callback_id)
+        return self._driver.unreference(callback_id)
+
+    def run(self) -> None:
+        self._driver.run()
+
+    def stop(self) -> None:
+        self._driver.stop()
+
+    def is_running(self) -> bool:
+        return self._driver.is_running()
+
+    def set_error_handler(self, handler: ErrorHandler | None) -> ErrorHandler | None:
+        return self._driver.set_error_handler(handler)
+
+    def get_error_handler(self) -> ErrorHandler | None:
+        return self._driver.get_error_handler()
+
+    def get_identifiers(self) -> list[str]:
+        return self._driver.get_identifiers()
+
+    def get_type(self, callback_id: str) -> CallbackType:
+        return self._driver.get_type(callback_id)
+
+    def is_enabled(self, callback_id: str) -> bool:
+        return self._driver.is_enabled(callback_id)
+
+    def is_referenced(self, callback_id: str) -> bool:
+        return self._driver.is_referenced(callback_id)
+
+    def get_handle(self) -> Any:
+        return self._driver.get_handle()
+
+    def get_suspension(self) -> Suspension:
+        return self._driver.get_suspension()
+
+    def creation_trace(self, callback_id: str) -> str | None:
+        """Where ``callback_id`` was created, or ``None`` if this driver never made it."""
+        return self._created.get(callback_id)
+
+    def cancellation_trace(self, callback_id: str) -> str | None:
+        """Where ``callback_id`` was first cancelled, or ``None``."""
+        return self._cancelled.get(callback_id)
+
+    def dump(self) -> str:
+        """The enabled, referenced callbacks (what keeps ``run()`` going), with creation traces."""
+        lines = []
+        for callback_id in self._driver.get_identifiers():
+            if callback_id not in self._enabled or callback_id in self._unreferenced:
+                continue
+            kind = self._driver.get_type(callback_id).name
+            lines.append(f"Enabled, referenced callback {callback_id!r} ({kind}) created at:")
+            lines.append(self._created.get(callback_id, "(unknown)\n"))
+        if not lines:
+            return "No enabled, referenced callbacks keep the loop alive.\n"
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        """Close the wrapped driver."""
+        close = getattr(self._driver, "close", None)
+        if close is not None:
+            close()
+
+    def __repr__(self) -> str:
+        return f"<TracingDriver of {self._driver!r}>"

@@ -1,0 +1,416 @@
+"""The SELECT mechanism, as the polyfill and iopoll's native ``Backend.SELECT`` share it.
+
+Rules common to every backend live in the conformance suite; here are the ones that exist
+because select() reports only "readable" and "writable" (SPEC 7, and 6.11 for the native
+SELECT backend): hang-up and reset found with ``FIONREAD``/``MSG_PEEK``, the ``FD_SETSIZE``
+refusal, and never spinning on bytes a watcher did not ask for.  Every test runs against
+both implementations, written in the whole-seconds form that both accept.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import iopoll
+from iopoll_polyfill import fallback
+
+# (module, make a SELECT context) for each implementation of the mechanism.
+IMPLEMENTATIONS: dict[str, tuple[ModuleType, Callable[[], Any]]] = {
+    "polyfill": (fallback, fallback.Context),
+    "native": (iopoll, lambda: iopoll.Context(iopoll.Backend.SELECT)),
+}
+
+
+@pytest.fixture(params=sorted(IMPLEMENTATIONS))
+def impl(request: pytest.FixtureRequest) -> tuple[ModuleType, Callable[[], Any]]:
+    return IMPLEMENTATIONS[request.param]
+
+
+@pytest.fixture
+def api(impl: tuple[ModuleType, Callable[[], Any]]) -> ModuleType:
+    return impl[0]
+
+
+@pytest.fixture
+def ctx(impl: tuple[ModuleType, Callable[[], Any]]) -> Iterator[Any]:
+    context = impl[1]()
+    assert context.backend.name == "SELECT"
+    yield context
+    context.close()
+
+
+def make_pair(kind: str) -> tuple[socket.socket, socket.socket]:
+    """A connected non-blocking stream pair: AF_UNIX or loopback TCP."""
+    if kind == "unix":
+        a, b = socket.socketpair()
+    else:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            a = socket.create_connection(listener.getsockname())
+            b, _ = listener.accept()
+    a.setblocking(False)
+    b.setblocking(False)
+    return a, b
+
+
+@pytest.fixture(params=["unix", "tcp"])
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = make_pair(request.param)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def reported(watchers: list[Any]) -> dict[Any, Any]:
+    return {w.data: w.triggered_events for w in watchers}
+
+
+def wait_short(ctx: Any) -> dict[Any, Any]:
+    return reported(ctx.wait(0, 500_000))
+
+
+def reset(sock: socket.socket) -> None:
+    """Close ``sock`` so that its peer sees a reset: RST on TCP (SO_LINGER 0), and
+    ECONNRESET on AF_UNIX (it closes with unread data, sent by ``send_first``)."""
+    if sock.family != socket.AF_UNIX:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def fill(sock: socket.socket) -> None:
+    """Write until the send buffer is full."""
+    chunk = b"x" * 65536
+    while True:
+        try:
+            sock.send(chunk)
+        except BlockingIOError:
+            return
+
+
+def drain(sock: socket.socket) -> None:
+    while True:
+        try:
+            if not sock.recv(1 << 20):
+                return
+        except BlockingIOError:
+            return
+
+
+# -- hang-up and reset, found by FIONREAD and MSG_PEEK (SPEC 7) ------------------------------
+
+
+@pytest.mark.parametrize("how", ["shutdown", "close_after_reading"])
+def test_half_close_is_hangup_plus_read_if_asked(
+    api: ModuleType, impl: Any, pair: tuple[socket.socket, socket.socket], how: str
+) -> None:
+    """The peer's end of file: HANGUP (READ added when asked), never READ_HANGUP, every wait."""
+    local, peer = pair
+    E = api.Event
+    # One fd per context: the WRITE watcher lives in a second one.
+    with impl[1]() as ctx, impl[1]() as other:
+        ctx.add(local, E.READ | E.READ_HANGUP, "reader")
+        other.add(local, E.WRITE, "writer")
+        assert wait_short(ctx) == {}
+        if how == "shutdown":
+            peer.shutdown(socket.SHUT_WR)
+        else:
+            local.send(b"read me")
+            time.sleep(0.05)
+            assert peer.recv(100) == b"read me"
+            peer.close()
+        for _ in range(2):  # level-triggered: the end of file stays
+            assert wait_short(ctx) == {"reader": E.READ | E.HANGUP}
+            assert reported(other.wait(0, 500_000)) == {"writer": E.WRITE | E.HANGUP}
+        assert local.recv(10) == b""
+
+
+def test_reset_is_error_hangup_and_error_shows_once(
+    api: ModuleType, impl: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """A reset: ERROR|HANGUP on the first wait (the peek consumes the socket error), then
+    HANGUP; READ is added only to the end-of-file report, as select() alone cannot tell."""
+    local, peer = pair
+    E = api.Event
+    with impl[1]() as ctx, impl[1]() as other:
+        ctx.add(local, E.READ, "reader")
+        other.add(local, E.WRITE, "writer")
+        local.send(b"never read")  # AF_UNIX: unread data makes the close a reset
+        time.sleep(0.05)
+        reset(peer)
+        assert wait_short(ctx) == {"reader": E.ERROR | E.HANGUP}
+        assert wait_short(ctx) == {"reader": E.READ | E.HANGUP}
+        # The error is gone for the second context too: select() semantics, SPEC 7.
+        assert reported(other.wait(0, 500_000)) == {"writer": E.WRITE | E.HANGUP}
+
+
+def test_reset_seen_first_by_write_watcher(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """A WRITE-only watcher sees the reset as WRITE|ERROR|HANGUP, then WRITE|HANGUP."""
+    local, peer = pair
+    E = api.Event
+    ctx.add(local, E.WRITE, "writer")
+    local.send(b"never read")
+    time.sleep(0.05)
+    reset(peer)
+    assert wait_short(ctx) == {"writer": E.WRITE | E.ERROR | E.HANGUP}
+    assert wait_short(ctx) == {"writer": E.WRITE | E.HANGUP}
+
+
+def test_data_before_end_of_file_is_read_until_drained(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """Bytes left to read come first: READ alone, HANGUP only once they are read."""
+    local, peer = pair
+    E = api.Event
+    ctx.add(local, E.READ, "reader")
+    peer.send(b"last words")
+    peer.shutdown(socket.SHUT_WR)
+    time.sleep(0.05)
+    assert wait_short(ctx) == {"reader": E.READ}
+    assert local.recv(100) == b"last words"
+    assert wait_short(ctx) == {"reader": E.READ | E.HANGUP}
+
+
+def test_pipe_end_of_file_and_broken_pipe(api: ModuleType, ctx: Any) -> None:
+    """A pipe at end of file is HANGUP alone (as poll() says); the write end of a pipe
+    whose reader is gone is WRITE|ERROR."""
+    E = api.Event
+    read_fd, write_fd = os.pipe()
+    other_read, other_write = os.pipe()
+    try:
+        ctx.add(read_fd, E.READ, "reader")
+        ctx.add(other_write, E.WRITE, "writer")
+        os.write(write_fd, b"abc")
+        os.close(write_fd)
+        os.close(other_read)
+        assert wait_short(ctx) == {"reader": E.READ, "writer": E.WRITE | E.ERROR}
+        assert os.read(read_fd, 10) == b"abc"
+        for _ in range(2):
+            assert wait_short(ctx) == {"reader": E.HANGUP, "writer": E.WRITE | E.ERROR}
+    finally:
+        ctx.close()
+        os.close(read_fd)
+        os.close(other_write)
+
+
+def test_regular_file_is_always_ready(api: ModuleType, ctx: Any, tmp_path: Any) -> None:
+    E = api.Event
+    path = tmp_path / "plain.txt"
+    path.write_bytes(b"")  # even empty: select() says readable, and a read never blocks
+    with open(path, "rb") as reader, open(path, "ab") as writer:
+        ctx.add(reader, E.READ, "reader")
+        ctx.add(writer, E.READ | E.WRITE, "writer")
+        for _ in range(3):
+            assert reported(ctx.wait(0)) == {"reader": E.READ, "writer": E.READ | E.WRITE}
+
+
+def test_listening_socket_is_read_never_hangup(api: ModuleType, ctx: Any) -> None:
+    """A listener has no end of file: a pending connection is READ, every wait until
+    accepted, and nothing at all before."""
+    E = api.Event
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        ctx.add(listener, E.READ, "listener")
+        assert reported(ctx.wait(0)) == {}
+        client = socket.create_connection(listener.getsockname())
+        try:
+            for _ in range(3):
+                assert wait_short(ctx) == {"listener": E.READ}
+            conn, _ = listener.accept()
+            conn.close()
+            assert reported(ctx.wait(0)) == {}
+        finally:
+            client.close()
+
+
+def test_empty_datagram_is_read_not_hangup(api: ModuleType, ctx: Any) -> None:
+    E = api.Event
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with a, b:
+        ctx.add(b, E.READ, "b")
+        a.send(b"")
+        assert wait_short(ctx) == {"b": E.READ}
+        assert b.recv(10) == b""
+        assert reported(ctx.wait(0)) == {}
+
+
+# -- FD_SETSIZE (SPEC 7) --------------------------------------------------------------------
+
+
+@contextmanager
+def fd_at_least(number: int) -> Iterator[tuple[int, socket.socket]]:
+    """A socket fd numbered ``number`` (RLIMIT_NOFILE raised within the hard limit), and
+    the socket at the other end of it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = number + 16
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {wanted}")
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    a, b = socket.socketpair()
+    try:
+        os.dup2(b.fileno(), number)
+        try:
+            yield number, a
+        finally:
+            os.close(number)
+    finally:
+        a.close()
+        b.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("as_object", [False, True])
+def test_fd_at_or_above_fd_setsize_is_refused(api: ModuleType, ctx: Any, as_object: bool) -> None:
+    """TOOBIG, naming the limit and pointing to iopoll: never select()'s own ValueError."""
+    with fd_at_least(fallback.FD_SETSIZE + 6) as (fd, _):
+        handle: Any = socket.socket(fileno=fd) if as_object else fd
+        try:
+            with pytest.raises(api.FailedHandleAddError) as caught:
+                ctx.add(handle, api.Event.READ)
+        finally:
+            if as_object:
+                handle.detach()  # fd_at_least closes the fd
+    error = caught.value
+    assert error.code == api.ErrorCode.TOOBIG
+    assert not isinstance(error, ValueError)
+    message = str(error)
+    assert "1024" in message and "FD_SETSIZE" in message
+    assert "iopoll" in message and "EPOLL" in message
+    assert len(ctx) == 0
+    assert ctx.wait(0) == []  # nothing half-registered that select() would choke on
+
+
+def test_highest_fd_below_fd_setsize_works(api: ModuleType, ctx: Any) -> None:
+    assert fallback.FD_SETSIZE == 1024
+    with fd_at_least(fallback.FD_SETSIZE - 1) as (fd, peer):
+        watcher = ctx.add(fd, api.Event.READ, "high")
+        assert ctx.wait(0) == []
+        peer.send(b"?")
+        assert wait_short(ctx) == {"high": api.Event.READ}
+        watcher.remove()
+
+
+def test_native_epoll_takes_the_fd_select_refuses() -> None:
+    """The refusal's advice holds: iopoll's own backends watch fds past FD_SETSIZE."""
+    native = [b for b in iopoll.Backend.available_backends() if b is not iopoll.Backend.SELECT]
+    with fd_at_least(fallback.FD_SETSIZE + 6) as (fd, _):
+        for backend in native:
+            with iopoll.Context(backend) as ctx:
+                ctx.add(fd, iopoll.Event.WRITE, "high")
+                assert reported(ctx.wait(1)) == {"high": iopoll.Event.WRITE}
+
+
+# -- bytes nobody asked for: no spinning (SPEC 7) -------------------------------------------
+
+
+def cpu_and_wall(action: Callable[[], Any]) -> tuple[Any, float, float]:
+    cpu, wall = time.process_time(), time.monotonic()
+    result = action()
+    return result, time.process_time() - cpu, time.monotonic() - wall
+
+
+def test_write_watcher_with_unread_input_and_full_buffer_does_not_spin(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """Readable only with bytes it did not ask for, and not writable: wait(1) sleeps."""
+    local, peer = pair
+    peer.send(b"unread input")
+    fill(local)
+    ctx.add(local, api.Event.WRITE, "writer")
+    result, cpu, wall = cpu_and_wall(lambda: ctx.wait(1))
+    assert result == []
+    assert 0.9 <= wall < 3.0
+    assert cpu < 0.3, f"wait(1) burnt {cpu:.2f} s of CPU: it spun on the unread input"
+
+
+def test_write_watcher_with_unread_input_is_returned_at_once_when_writable(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    local, peer = pair
+    peer.send(b"unread input")
+    ctx.add(local, api.Event.WRITE, "writer")
+    result, _, wall = cpu_and_wall(lambda: ctx.wait(1))
+    assert reported(result) == {"writer": api.Event.WRITE}
+    assert wall < 0.5
+
+
+def test_write_watcher_with_unread_input_sees_buffer_drained_during_wait(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """The unwanted bytes take the fd out of the read set, not out of the write set."""
+    local, peer = pair
+    peer.send(b"unread input")
+    fill(local)
+    ctx.add(local, api.Event.WRITE, "writer")
+    drainer = threading.Timer(0.3, drain, args=(peer,))
+    drainer.start()
+    try:
+        result, cpu, wall = cpu_and_wall(lambda: ctx.wait(5))
+    finally:
+        drainer.join()
+    assert reported(result) == {"writer": api.Event.WRITE}
+    assert 0.2 <= wall < 3.0
+    assert cpu < 0.3
+
+
+def test_unwanted_bytes_do_not_hide_other_watchers(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """While one fd is parked, another that becomes ready ends the wait at once."""
+    local, peer = pair
+    peer.send(b"unread input")
+    fill(local)
+    ctx.add(local, api.Event.WRITE, "writer")
+    a, b = socket.socketpair()
+    with a, b:
+        ctx.add(b, api.Event.READ, "reader")
+        sender = threading.Timer(0.3, a.send, args=(b"wake",))
+        sender.start()
+        try:
+            result, cpu, wall = cpu_and_wall(lambda: ctx.wait(5))
+        finally:
+            sender.join()
+        assert reported(result) == {"reader": api.Event.READ}
+        assert 0.2 <= wall < 3.0
+        assert cpu < 0.3
+
+
+# -- timeouts: the native SELECT backend takes every form of SPEC 4 (SPEC 6.11) -------------
+
+
+def test_native_select_wait_takes_float_and_timedelta() -> None:
+    with iopoll.Context(iopoll.Backend.SELECT) as ctx:
+        a, b = socket.socketpair()
+        with a, b:
+            ctx.add(b, iopoll.Event.READ, "b")
+            for timeout in (0.05, timedelta(milliseconds=50)):
+                start = time.monotonic()
+                assert ctx.wait(timeout) == []
+                assert 0.04 <= time.monotonic() - start < 1.0
+            a.send(b"x")
+            assert reported(ctx.wait(0.5)) == {"b": iopoll.Event.READ}
+            assert reported(ctx.wait(math.inf)) == {"b": iopoll.Event.READ}
+            for bad in (-0.5, math.nan, timedelta(seconds=-1)):
+                with pytest.raises(ValueError):
+                    ctx.wait(bad)
+
+
+def test_polyfill_wait_refuses_what_native_select_takes() -> None:
+    with fallback.Context() as ctx:
+        for timeout in (0.05, timedelta(milliseconds=50), math.inf):
+            with pytest.raises(TypeError, match="whole"):
+                ctx.wait(timeout)
