@@ -337,7 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
 
-    count = args.round_trips or (QUICK_ROUND_TRIPS if args.quick else DEFAULT_ROUND_TRIPS)
+    count = args.round_trips
+    if count is None:
+        count = QUICK_ROUND_TRIPS if args.quick else DEFAULT_ROUND_TRIPS
     ns = args.n if args.n is not None else (QUICK_NS if args.quick else DEFAULT_NS)
     if count < 1 or args.repeats < 1 or any(n < 0 for n in ns):
         parser.error("--round-trips and --repeats must be >= 1, and every --n >= 0")

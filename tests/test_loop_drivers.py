@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from iopoll import Backend
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver
-
 from test_loop_conformance import DriverConformance
 
 

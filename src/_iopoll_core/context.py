@@ -51,6 +51,9 @@ def _os_batch(limit: int, registered: int) -> int:
     # ready.  (-1 would mean epoll's default of FD_SETSIZE - 1, cutting "as many as ready".)
     return min(limit, registered) if registered else 1
 
+# Float timeouts below this skip the full validation in wait() (NaN and negatives never do).
+_FAST_TIMEOUT_LIMIT = 1e9
+
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
 
@@ -243,6 +246,13 @@ class Context(_Uncopyable):
             self._raise_unusable(FailedPollWaitError)
         if timeout is None and type(microseconds) is int and microseconds == 0:
             seconds = FOREVER
+        elif (
+            type(timeout) is float
+            and 0.0 <= timeout < _FAST_TIMEOUT_LIMIT
+            and type(microseconds) is int
+            and microseconds == 0
+        ):
+            seconds = timeout  # event loops' hot path: a plain finite float needs no more checks
         else:
             seconds = timeout_seconds(timeout, microseconds)
         limit = MAX_EVENTS_LIMIT if max_events is None else check_max_events(max_events)

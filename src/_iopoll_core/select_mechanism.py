@@ -92,7 +92,14 @@ def _kind_of(fd: int) -> int:
         return _STREAM  # until a peek shows it is a listening or datagram socket
     if stat.S_ISFIFO(mode):
         return _PIPE_WRITER if _is_write_end(fd) else _PIPE
-    return _ALWAYS  # regular files, ttys, devices: select() says ready, and they are
+    return _ALWAYS  # regular files, ttys, devices: readable means a read will not block
+
+
+def _is_listening(sock: socket.socket) -> bool:
+    try:
+        return bool(sock.getsockopt(socket.SOL_SOCKET, _SO_ACCEPTCONN))
+    except OSError:  # the option is missing on some systems: then it is a connection
+        return False
 
 
 def _peek(fd: int, kinds: dict[int, int]) -> int:
@@ -101,9 +108,12 @@ def _peek(fd: int, kinds: dict[int, int]) -> int:
     A socket that turns out to have no end of file (listening, datagram) is recorded in
     ``kinds`` as ``_ALWAYS`` so that it is never peeked again.
     """
-    sock = socket.socket(fileno=fd)
     try:
-        if sock.type != socket.SOCK_STREAM or sock.getsockopt(socket.SOL_SOCKET, _SO_ACCEPTCONN):
+        sock = socket.socket(fileno=fd)
+    except OSError:  # closed or replaced by another thread since select() returned
+        return _ERROR | _HANGUP
+    try:
+        if sock.type != socket.SOCK_STREAM or _is_listening(sock):
             kinds[fd] = _ALWAYS  # an empty datagram is data; a listener has a connection
             return _READ
         try:

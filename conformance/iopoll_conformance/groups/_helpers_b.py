@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ..support import reported, short_wait, tls_pair
+from ..support import poll_now, reported, short_wait, tls_pair
 
 __all__ = [
     "close_all",
@@ -135,8 +135,11 @@ def tls_with_pending(payload: bytes = b"0123456789") -> tuple[ssl.SSLSocket, ssl
 
 
 def waits(ctx: Any, count: int) -> list[dict[Any, Any]]:
-    """``reported()`` of ``count`` consecutive short waits."""
-    return [reported(short_wait(ctx)) for _ in range(count)]
+    """``reported()`` of ``count`` consecutive waits: one short wait, then zero-timeout ones.
+
+    The first wait gives late readiness its time; level state shows at once after that.
+    """
+    return [reported(short_wait(ctx) if i == 0 else poll_now(ctx)) for i in range(count)]
 
 
 def close_all(*objects: Any) -> None:

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     precondition,
     rule,
     run_state_machine_as_test,
@@ -295,6 +296,17 @@ class Differential(RuleBasedStateMachine):
 
     # -- the Context and Watcher API ---------------------------------------------------------
 
+    @initialize(
+        watch=st.lists(
+            st.none() | st.tuples(_EVENT_SETS, st.booleans()), min_size=SLOTS, max_size=SLOTS
+        )
+    )
+    def start(self, watch: list[tuple[set[str], bool] | None]) -> None:
+        """Most runs start with watchers: the interesting steps need some."""
+        for slot, choice in enumerate(watch):
+            if choice is not None:
+                self.add(slot, *choice)
+
     @rule(slot=_SLOT, names=_EVENT_SETS, oneshot=st.booleans())
     def add(self, slot: int, names: set[str], oneshot: bool) -> None:
         self.serial += 1
@@ -471,6 +483,7 @@ class DifferentialRules:
                 deadline=None,
                 database=None,
                 derandomize=bool(os.environ.get("CI")),
+                report_multiple_bugs=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             ),
         )

@@ -22,7 +22,7 @@ def _reset(sock: socket.socket) -> None:
 class EventRules:
     """Reported events: READ/WRITE, ERROR/HANGUP always, READ_HANGUP, PRIORITY, level.
 
-    SPEC 6.2 and 6.3; php-src rules B.31 to B.38 and B.67, B.68.
+    SPEC 6.2 and 6.3; php-src rules B.31 to B.38 and B.67 (B.68 is in the error rules).
     """
 
     # -- level-triggered READ / WRITE (6.3) ----------------------------------------------
@@ -325,21 +325,3 @@ class EventRules:
             result = reported(short_wait(ctx))
             assert api.Event.PRIORITY not in result["server"]
             assert api.Event.WRITE in result["server"]
-
-    def test_poll_event_priority_unsupported(
-        self, api: Any, caps: Capabilities, ctx: Any, tcp: Any
-    ) -> None:
-        """B.68, php-src poll_event_priority_unsupported.phpt: NOSUPPORT where unsupported."""
-        if caps.priority:
-            pytest.skip("backend supports PRIORITY")
-        _client, server = tcp
-        with pytest.raises(api.FailedHandleAddError) as add_error:
-            ctx.add(server, [api.Event.PRIORITY], "server")
-        assert add_error.value.code == api.ErrorCode.NOSUPPORT
-        assert len(ctx) == 0
-        watcher = ctx.add(server, api.Event.READ, "server")
-        with pytest.raises(api.FailedWatcherModificationError) as modify_error:
-            watcher.modify_events([api.Event.READ, api.Event.PRIORITY])
-        assert modify_error.value.code == api.ErrorCode.NOSUPPORT
-        assert watcher.watched_events == api.Event.READ
-

@@ -85,7 +85,7 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def set_error_handler(self, handler: ErrorHandler | None) -> ErrorHandler | None:
-        """Send callbacks' exceptions to ``handler`` (``None``: end ``run()``); returns the old one."""
+        """Send callbacks' exceptions to ``handler`` (``None``: end ``run()``); return the old."""
 
     @abc.abstractmethod
     def get_error_handler(self) -> ErrorHandler | None:

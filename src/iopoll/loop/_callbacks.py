@@ -13,7 +13,8 @@ from ._errors import CallbackType
 __all__ = ["Callback", "TimerCallback", "StreamCallback", "SignalCallback", "FdEntry"]
 
 _CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
-_SUCCESSOR = {chr(c): chr(c + 1) for c in range(ord("a"), ord("z"))}
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_SUCCESSOR: dict[str, str] = {chr(c): chr(c + 1) for c in range(ord("a"), ord("z"))}
 
 # Event bits an FdEntry asks its poller for.
 READ = 1
@@ -60,10 +61,10 @@ def check_seconds(value: object, name: str) -> float:
             value = float(value)
         except OverflowError:  # an int too big for a float: as good as never
             value = math.inf
-    if not value >= 0:  # type: ignore[operator]
+    if not value >= 0:
         raise ValueError(f"{name} must be >= 0 seconds and not NaN, not {value!r}")
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except OverflowError:
         return math.inf
 
@@ -90,7 +91,6 @@ class Callback:
     """One registered callback: its id, function and state flags."""
 
     __slots__ = ("id", "fn", "enabled", "referenced", "invokable")
-    type: CallbackType = CallbackType.DEFER
 
     def __init__(self, callback_id: str, fn: Callable[..., Any]) -> None:
         self.id = callback_id
@@ -98,6 +98,11 @@ class Callback:
         self.enabled = True
         self.referenced = True
         self.invokable = False
+
+    @property
+    def type(self) -> CallbackType:
+        """What kind of callback this is."""
+        return CallbackType.DEFER
 
 
 class TimerCallback(Callback):
@@ -108,14 +113,20 @@ class TimerCallback(Callback):
     def __init__(
         self, callback_id: str, fn: Callable[..., Any], interval: float, now: float, repeat: bool
     ) -> None:
-        Callback.__init__(self, callback_id, fn)
+        # The base's __init__ inlined: timers are made in bulk.
+        self.id = callback_id
+        self.fn = fn
+        self.enabled = True
+        self.referenced = True
+        self.invokable = False
         self.interval = interval
         self.expiration = now + interval
         self.entry: tuple[float, int, TimerCallback] | None = None
         self.repeat = repeat
 
-    @property  # type: ignore[override]
+    @property
     def type(self) -> CallbackType:
+        """``DELAY`` or ``REPEAT``."""
         return CallbackType.REPEAT if self.repeat else CallbackType.DELAY
 
 
@@ -133,8 +144,9 @@ class StreamCallback(Callback):
         self.writable = writable
         self.entry: FdEntry | None = None
 
-    @property  # type: ignore[override]
+    @property
     def type(self) -> CallbackType:
+        """``READABLE`` or ``WRITABLE``."""
         return CallbackType.WRITABLE if self.writable else CallbackType.READABLE
 
 
@@ -142,11 +154,15 @@ class SignalCallback(Callback):
     """A signal callback."""
 
     __slots__ = ("signum",)
-    type = CallbackType.SIGNAL
 
     def __init__(self, callback_id: str, fn: Callable[..., Any], signum: int) -> None:
         Callback.__init__(self, callback_id, fn)
         self.signum = signum
+
+    @property
+    def type(self) -> CallbackType:
+        """``SIGNAL``."""
+        return CallbackType.SIGNAL
 
 
 class FdEntry:

@@ -18,10 +18,12 @@ import itertools
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._base import Driver, ErrorHandler
 from ._callbacks import (
+    _CO_ASYNC,
+    _LETTERS,
     Callback,
     FdEntry,
     SignalCallback,
@@ -45,7 +47,10 @@ __all__ = ["AbstractDriver", "MAX_WAIT"]
 # The longest single wait: a longer (or infinite) timer wakes the loop once a day, so a
 # huge delay never overflows a backend's timeout argument.
 MAX_WAIT = 86_400.0
-_IDLE = object()  # what the callback greenlet hands back when its queue is empty
+
+
+class _Superseded(BaseException):
+    """Ends a loop greenlet whose callback suspended and was resumed after a successor took over."""
 
 
 def _no_greenlet() -> Any:
@@ -57,7 +62,9 @@ class AbstractDriver(Driver):
 
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}
-        self._next = "a"
+        # Ids run a, b, .. z, aa, ab .. (PHP's string increment): prefix + _LETTERS[index].
+        self._id_prefix = ""
+        self._id_index = 0
         self._enable_queue: dict[str, Callback] = {}
         self._enable_defer_queue: dict[str, Callback] = {}
         self._microtasks: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
@@ -75,7 +82,6 @@ class AbstractDriver(Driver):
         self._signals: SignalState | None = None
         self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
         self._loop_greenlet: Any = None
-        self._callback_greenlet: Any = None
         self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
         self._main_suspension: Suspension | None = None
         self._getcurrent: Callable[[], Any] = _no_greenlet
@@ -97,18 +103,29 @@ class AbstractDriver(Driver):
     # -- registration -------------------------------------------------------------------------
 
     def _new_id(self) -> str:
-        callback_id = self._next
-        self._next = next_id(callback_id)
-        return callback_id
+        index = self._id_index
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        return self._id_prefix + _LETTERS[index]
+
+    def _carry(self) -> int:
+        self._id_prefix = next_id(self._id_prefix) if self._id_prefix else "a"
+        return 0
 
     def queue(self, fn: Callable[..., None], /, *args: Any) -> None:
         check_callback(fn, "fn")
         self._microtasks.append((fn, args))
 
     def defer(self, fn: Callable[[str], None]) -> str:
-        check_callback(fn)
-        callback_id = self._next
-        self._next = next_id(callback_id)
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_flags & _CO_ASYNC:
+            check_callback(fn)
+        index = self._id_index  # _new_id(), inlined on the hot paths
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        callback_id = self._id_prefix + _LETTERS[index]
         callback = Callback(callback_id, fn)
         self._callbacks[callback_id] = callback
         self._enable_defer_queue[callback_id] = callback
@@ -116,8 +133,11 @@ class AbstractDriver(Driver):
         return callback_id
 
     def _add_timer(self, seconds: float, fn: Callable[[str], None], repeat: bool) -> str:
-        callback_id = self._next
-        self._next = next_id(callback_id)
+        index = self._id_index  # _new_id(), inlined on the hot paths
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        callback_id = self._id_prefix + _LETTERS[index]
         callback = TimerCallback(callback_id, fn, seconds, self._now(), repeat)
         self._callbacks[callback_id] = callback
         self._enable_queue[callback_id] = callback
@@ -125,8 +145,11 @@ class AbstractDriver(Driver):
         return callback_id
 
     def delay(self, seconds: float, fn: Callable[[str], None]) -> str:
-        seconds = check_seconds(seconds, "seconds")
-        check_callback(fn)
+        if type(seconds) is not float or not seconds >= 0:
+            seconds = check_seconds(seconds, "seconds")
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_flags & _CO_ASYNC:
+            check_callback(fn)
         return self._add_timer(seconds, fn, False)
 
     def repeat(self, interval: float, fn: Callable[[str], None]) -> str:
@@ -137,8 +160,11 @@ class AbstractDriver(Driver):
     def _add_stream(self, stream: Any, fn: Callable[[str, Any], None], writable: bool) -> str:
         fd = stream_fd(stream)
         check_callback(fn)
-        callback_id = self._next
-        self._next = next_id(callback_id)
+        index = self._id_index  # _new_id(), inlined on the hot paths
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        callback_id = self._id_prefix + _LETTERS[index]
         callback = StreamCallback(callback_id, fn, stream, fd, writable)
         self._callbacks[callback_id] = callback
         self._enable_queue[callback_id] = callback
@@ -259,17 +285,20 @@ class AbstractDriver(Driver):
     # -- activation ------------------------------------------------------------------------------
 
     def _activate(self, callbacks: Iterable[Callback]) -> None:
+        timers = self._timers
         for callback in callbacks:
+            callback.invokable = True
             kind = type(callback)
             if kind is TimerCallback:
-                entry = (callback.expiration, next(self._timer_seq), callback)
-                callback.entry = entry  # type: ignore[attr-defined]
-                heapq.heappush(self._timers, entry)  # type: ignore[arg-type]
-            elif kind is StreamCallback:
-                self._activate_stream(callback)  # type: ignore[arg-type]
-            elif kind is SignalCallback:
-                signum = callback.signum  # type: ignore[attr-defined]
-                self._signal_callbacks.setdefault(signum, {})[callback.id] = callback  # type: ignore[assignment]
+                timer = cast(TimerCallback, callback)
+                entry = (timer.expiration, next(self._timer_seq), timer)
+                timer.entry = entry
+                heapq.heappush(timers, entry)
+            elif isinstance(callback, StreamCallback):
+                self._activate_stream(callback)
+            elif isinstance(callback, SignalCallback):
+                callbacks_for = self._signal_callbacks.setdefault(callback.signum, {})
+                callbacks_for[callback.id] = callback
 
     def _activate_stream(self, callback: StreamCallback) -> None:
         entry = self._entries.get(callback.fd)
@@ -324,8 +353,6 @@ class AbstractDriver(Driver):
         enable_queue = self._enable_queue
         if enable_queue:
             self._enable_queue = {}
-            for callback in enable_queue.values():
-                callback.invokable = True
             self._activate(enable_queue.values())
         defer_queue = self._enable_defer_queue
         if defer_queue:
@@ -336,7 +363,7 @@ class AbstractDriver(Driver):
             self._idle = False
         blocking = previous_idle and not self._stopped and self._live > 0
         if blocking:
-            self._invoke()
+            self._drain()
             if (
                 self._enable_queue
                 or self._enable_defer_queue
@@ -399,6 +426,8 @@ class AbstractDriver(Driver):
         """Run the microtasks, then each queued callback followed by the microtasks."""
         microtasks = self._microtasks
         queue = self._queue
+        callbacks = self._callbacks
+        me = self._loop_greenlet
         if microtasks:
             self._run_microtasks()
         while queue and self._interrupt is None:
@@ -411,7 +440,11 @@ class AbstractDriver(Driver):
                 if kind is StreamCallback:
                     result = callback.fn(callback_id, callback.stream)  # type: ignore[attr-defined]
                 elif kind is Callback:
-                    self._auto_cancel(callback)
+                    # Auto-cancel (inlined: the defer benchmark's inner loop).
+                    del callbacks[callback_id]
+                    callback.enabled = callback.invokable = False
+                    if callback.referenced:
+                        self._live -= 1
                     result = callback.fn(callback_id)
                 elif kind is TimerCallback:
                     if callback.repeat:  # type: ignore[attr-defined]
@@ -420,7 +453,10 @@ class AbstractDriver(Driver):
                         callback.expiration = self._now() + callback.interval  # type: ignore[attr-defined]
                         self._enable_queue[callback_id] = callback
                     else:
-                        self._auto_cancel(callback)
+                        del callbacks[callback_id]
+                        callback.enabled = callback.invokable = False
+                        if callback.referenced:
+                            self._live -= 1
                     result = callback.fn(callback_id)
                 else:
                     result = callback.fn(callback_id, callback.signum)  # type: ignore[attr-defined]
@@ -428,15 +464,10 @@ class AbstractDriver(Driver):
                     self._refuse_result(callback, result)
             except Exception as exc:
                 self._error(callback.fn, exc)
+            if self._loop_greenlet is not me:
+                raise _Superseded  # the callback suspended: another greenlet runs the loop now
             if microtasks:
                 self._run_microtasks()
-
-    def _auto_cancel(self, callback: Callback) -> None:
-        del self._callbacks[callback.id]
-        callback.enabled = False
-        callback.invokable = False
-        if callback.referenced:
-            self._live -= 1
 
     @staticmethod
     def _refuse_result(callback: Callback, result: object) -> None:
@@ -446,17 +477,22 @@ class AbstractDriver(Driver):
 
     def _run_microtasks(self) -> None:
         microtasks = self._microtasks
+        me = self._loop_greenlet
         while microtasks and self._interrupt is None:
             fn, args = microtasks.popleft()
             try:
                 fn(*args)
             except Exception as exc:
                 self._error(fn, exc)
+            if self._loop_greenlet is not me:
+                raise _Superseded
 
     def _error(self, fn: Callable[..., Any], exc: Exception) -> None:
         handler = self._error_handler
         if handler is None:
-            self._interrupt = exc if isinstance(exc, UncaughtError) else UncaughtError.from_callback(fn, exc)
+            self._interrupt = (
+                exc if isinstance(exc, UncaughtError) else UncaughtError.from_callback(fn, exc)
+            )
             return
         try:
             handler(exc)
@@ -467,28 +503,16 @@ class AbstractDriver(Driver):
                 else UncaughtError.from_handler(handler, failure)
             )
 
-    def _invoke(self) -> None:
-        """Run what is queued: directly, or in the callback greenlet when greenlet is here."""
-        if self._loop_greenlet is None:
-            self._drain()
-            return
-        while (self._queue or self._microtasks) and self._interrupt is None:
-            worker = self._callback_greenlet
-            if worker is None or worker.dead:
-                worker = self._callback_greenlet = type(self._loop_greenlet)(self._callback_main)
-            if worker.switch() is not _IDLE:
-                self._callback_greenlet = None  # a callback suspended in it: it is not idle
-
-    def _callback_main(self) -> None:
-        while True:
-            self._drain()
-            self._getcurrent().parent.switch(_IDLE)
-
     # -- the run loop ------------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        self._stopped = False
-        self._invoke()
+    # Callbacks run in the loop greenlet itself: no switch per tick.  When one suspends, the
+    # suspended greenlet keeps its stack, a successor greenlet takes the loop over
+    # (``_hand_over``), and the suspended one, once resumed, finishes its callback and ends
+    # (``_Superseded``) instead of running ticks.
+    def _loop(self, fresh: bool = True) -> None:
+        if fresh:
+            self._stopped = False
+        self._drain()
         while not self._stopped:
             if self._interrupt is not None:
                 self._deliver_interrupt()
@@ -497,9 +521,22 @@ class AbstractDriver(Driver):
                 break
             previous_idle, self._idle = self._idle, True
             self._tick(previous_idle)
-            self._invoke()
+            self._drain()
         if self._interrupt is not None:
             self._deliver_interrupt()
+
+    def _loop_main(self, fresh: bool) -> None:
+        try:
+            self._loop(fresh)
+        except _Superseded:
+            pass  # back to whoever resumed this greenlet's suspended callback
+
+    def _hand_over(self) -> None:
+        """The loop greenlet's callback suspends: a successor continues the loop."""
+        current = self._loop_greenlet
+        successor = type(current)(self._loop_main, current.parent)
+        self._loop_greenlet = successor
+        successor.switch(False)
 
     def _deliver_interrupt(self) -> None:
         interrupt, self._interrupt = self._interrupt, None
@@ -531,16 +568,16 @@ class AbstractDriver(Driver):
         module: Any = greenlet_module()
         self._getcurrent = module.getcurrent
         loop = self._loop_greenlet
-        if loop is None or loop.dead:
-            loop = self._loop_greenlet = module.greenlet(self._loop)
-            self._callback_greenlet = None  # its parent was the loop greenlet that ended
+        fresh = loop is None or loop.dead
+        if fresh:
+            loop = self._loop_greenlet = module.greenlet(self._loop_main)
         try:
             loop.parent = module.getcurrent()
         except ValueError:
-            raise RuntimeError("Cannot run the event loop from inside one of its callbacks") from None
+            raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
         self._running = True
         try:
-            return loop.switch()
+            return loop.switch(True) if fresh else loop.switch()
         finally:
             self._running = False
 

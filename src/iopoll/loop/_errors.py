@@ -68,7 +68,7 @@ class UncaughtError(Exception):
 
     @classmethod
     def from_callback(cls, fn: Callable[..., object], exc: BaseException) -> UncaughtError:
-        """The error raised by ``run()`` when callback ``fn`` raised ``exc`` and no handler is set."""
+        """What ``run()`` raises when callback ``fn`` raised ``exc`` and no handler is set."""
         error = cls(
             f"Uncaught {type(exc).__qualname__} thrown in event loop callback {describe(fn)}; "
             f"use set_error_handler() to handle such exceptions: {exc}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 
 from ._base import Driver
@@ -55,7 +56,9 @@ class DriverFactory:
             cls = getattr(module, class_name)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"{DRIVER_VARIABLE}={name!r} does not name a class: {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, Driver)):
-            raise ValueError(f"{DRIVER_VARIABLE}={name!r} does not name a Driver subclass")
+        if not (isinstance(cls, type) and issubclass(cls, Driver)) or inspect.isabstract(cls):
+            raise ValueError(
+                f"{DRIVER_VARIABLE}={name!r} does not name a concrete Driver subclass"
+            )
         driver: Driver = cls()
         return driver

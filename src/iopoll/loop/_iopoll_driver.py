@@ -49,7 +49,7 @@ class IoPollDriver(AbstractDriver):
     ``Context(Backend.POLL)``, where they are always ready.
     """
 
-    _now = staticmethod(time.monotonic)  # type: ignore[assignment]
+    _now = staticmethod(time.monotonic)
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         super().__init__()
@@ -127,12 +127,13 @@ class IoPollDriver(AbstractDriver):
             return
         queue = self._queue
         for watcher in ready:
-            entry = watcher.data
+            # The engine's own slots, not the properties: this loop is the hot path.
+            entry = watcher._data
             if entry is None:
                 assert self._signals is not None
                 self._signals.drain()
                 continue
-            wake = _WAKE[watcher.triggered_events]
+            wake = _WAKE[watcher._triggered]
             if wake & READ and entry.readers:
                 queue.extend(entry.readers.values())
             if wake & WRITE and entry.writers:

@@ -23,7 +23,7 @@ class SelectorsDriver(AbstractDriver):
     they are always ready.  The stdlib selectors wake both directions on error and hang-up.
     """
 
-    _now = staticmethod(time.monotonic)  # type: ignore[assignment]
+    _now = staticmethod(time.monotonic)
 
     def __init__(self) -> None:
         super().__init__()

@@ -9,6 +9,7 @@ the current callback.  If the loop ends while main is still suspended, ``suspend
 
 from __future__ import annotations
 
+import importlib
 import weakref
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["Suspension", "greenlet_module", "suspension_for"]
 
 _SUSPENDED = object()
-_module: ModuleType | None | bool = False  # False: not looked for yet
+_module: ModuleType | bool | None = False  # False: not looked for yet
 
 
 def greenlet_module() -> ModuleType | None:
@@ -29,11 +30,9 @@ def greenlet_module() -> ModuleType | None:
     global _module
     if _module is False:
         try:
-            import greenlet
+            _module = importlib.import_module("greenlet")  # no stubs: kept untyped
         except ImportError:
             _module = None
-        else:
-            _module = greenlet
     return _module  # type: ignore[return-value]
 
 
@@ -84,7 +83,7 @@ class Suspension:
         if owner is None or module.getcurrent() is not owner:
             raise RuntimeError("Must not call suspend() from another greenlet")
         if self._dead:
-            raise RuntimeError("Suspension cannot be used: the event loop ended without resuming it")
+            raise RuntimeError("Suspension is dead: the event loop ended without resuming it")
         self._pending = True
         if self._main:
             if self._driver._running:
@@ -105,6 +104,8 @@ class Suspension:
             if isinstance(interrupt, BaseException):
                 self._pending = False
                 raise interrupt
+        elif owner is self._driver._loop_greenlet:
+            self._driver._hand_over()  # the loop goes on in a successor; we wait to be resumed
         else:
             owner.parent.switch(_SUSPENDED)
         error, value = self._error, self._value

@@ -90,7 +90,8 @@ class TracingDriver(Driver):
         return self._record(self._driver.on_signal(signum, fn))
 
     def _annotate(self, error: InvalidCallbackError, callback_id: str) -> InvalidCallbackError:
-        notes = [f"Creation trace:\n{self._created.get(callback_id, '(no such callback was created)')}"]
+        created = self._created.get(callback_id, "(no such callback was created)")
+        notes = [f"Creation trace:\n{created}"]
         if callback_id in self._cancelled:
             notes.append(f"Cancellation trace:\n{self._cancelled[callback_id]}")
         for note in notes:

@@ -1,0 +1,350 @@
+"""Dispatch benchmarks of ``iopoll.loop`` against asyncio and uvloop.
+
+    python -m benchmarks.bench_loop            # 100,000 ops per row (round trips: 20,000)
+    python -m benchmarks.bench_loop --quick    # 10x fewer
+
+Rows (ext-eventloop's benchmark, plus PR #128's round trips):
+* defer: N defer() then one run()                   | asyncio: call_soon
+* delay(0): N delay(0) then one run()               | asyncio: call_later(0)
+* repeat(0): one repeat(0) counting to N            | asyncio: call_later(0) re-armed by itself
+* I/O register+cancel: N on_readable + cancel, loop not run
+                                                    | asyncio: add_reader + remove_reader (these do
+                                                      epoll_ctl system calls; ours only queue work)
+* suspend/resume: N suspend() resumed by a defer, in a callback
+                                                    | asyncio: await a Future resolved by call_soon
+* round trips, K idle: ping-pong over a socketpair through on_readable, with K other
+  sockets watched for reading that are never ready    | asyncio: add_reader
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None
+
+
+def timed(fn: Callable[[], None], ops: int) -> float:
+    started = time.perf_counter()
+    fn()
+    return ops / (time.perf_counter() - started)
+
+
+# -- iopoll.loop drivers ----------------------------------------------------------------------
+
+
+def loop_defer(make: Callable[[], Driver], n: int) -> float:
+    d = make()
+
+    def cb(cid: str) -> None:
+        pass
+
+    def body() -> None:
+        for _ in range(n):
+            d.defer(cb)
+        d.run()
+
+    return timed(body, n)
+
+
+def loop_delay(make: Callable[[], Driver], n: int) -> float:
+    d = make()
+
+    def cb(cid: str) -> None:
+        pass
+
+    def body() -> None:
+        for _ in range(n):
+            d.delay(0, cb)
+        d.run()
+
+    return timed(body, n)
+
+
+def loop_repeat(make: Callable[[], Driver], n: int) -> float:
+    d = make()
+    count = [0]
+
+    def cb(cid: str) -> None:
+        count[0] += 1
+        if count[0] == n:
+            d.cancel(cid)
+
+    def body() -> None:
+        d.repeat(0, cb)
+        d.run()
+
+    return timed(body, n)
+
+
+def loop_register(make: Callable[[], Driver], n: int) -> float:
+    d = make()
+    a, b = socket.socketpair()
+
+    def cb(cid: str, stream: Any) -> None:
+        pass
+
+    def body() -> None:
+        for _ in range(n):
+            d.cancel(d.on_readable(a, cb))
+
+    rate = timed(body, n)
+    a.close()
+    b.close()
+    return rate
+
+
+def loop_suspend(make: Callable[[], Driver], n: int) -> float:
+    d = make()
+
+    def cb(cid: str) -> None:
+        for _ in range(n):
+            suspension = d.get_suspension()
+            d.defer(lambda c, s=suspension: s.resume())
+            suspension.suspend()
+
+    def body() -> None:
+        d.defer(cb)
+        d.run()
+
+    return timed(body, n)
+
+
+def loop_round_trips(make: Callable[[], Driver], n: int, idle: int) -> float:
+    d = make()
+    a, b = socket.socketpair()
+    idles = [socket.socketpair() for _ in range(idle)]
+    for x, _ in idles:
+        d.unreference(d.on_readable(x, lambda cid, s: None))
+    count = [0]
+
+    def echo(cid: str, stream: socket.socket) -> None:
+        stream.send(stream.recv(16))
+
+    def pong(cid: str, stream: socket.socket) -> None:
+        stream.recv(16)
+        count[0] += 1
+        if count[0] == n:
+            d.stop()
+        else:
+            stream.send(b"x")
+
+    d.on_readable(b, echo)
+    d.on_readable(a, pong)
+    d.delay(0, lambda cid: d.stop())
+    d.run()  # warm-up: every registration is in the backend before the clock starts
+
+    def body() -> None:
+        a.send(b"x")
+        d.run()
+
+    rate = timed(body, n)
+    for x, y in [*idles, (a, b)]:
+        x.close()
+        y.close()
+    return rate
+
+
+# -- asyncio / uvloop --------------------------------------------------------------------------
+
+
+def aio_defer(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
+    loop = make()
+    count = [0]
+
+    def cb() -> None:
+        count[0] += 1
+        if count[0] == n:
+            loop.stop()
+
+    def body() -> None:
+        for _ in range(n):
+            loop.call_soon(cb)
+        loop.run_forever()
+
+    rate = timed(body, n)
+    loop.close()
+    return rate
+
+
+def aio_delay(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
+    loop = make()
+    count = [0]
+
+    def cb() -> None:
+        count[0] += 1
+        if count[0] == n:
+            loop.stop()
+
+    def body() -> None:
+        for _ in range(n):
+            loop.call_later(0, cb)
+        loop.run_forever()
+
+    rate = timed(body, n)
+    loop.close()
+    return rate
+
+
+def aio_repeat(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
+    loop = make()
+    count = [0]
+
+    def cb() -> None:
+        count[0] += 1
+        if count[0] == n:
+            loop.stop()
+        else:
+            loop.call_later(0, cb)
+
+    def body() -> None:
+        loop.call_later(0, cb)
+        loop.run_forever()
+
+    rate = timed(body, n)
+    loop.close()
+    return rate
+
+
+def aio_register(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
+    loop = make()
+    a, b = socket.socketpair()
+
+    def cb() -> None:
+        pass
+
+    def body() -> None:
+        for _ in range(n):
+            loop.add_reader(a, cb)
+            loop.remove_reader(a)
+
+    rate = timed(body, n)
+    loop.close()
+    a.close()
+    b.close()
+    return rate
+
+
+def aio_suspend(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
+    loop = make()
+
+    async def main() -> None:
+        for _ in range(n):
+            future = loop.create_future()
+            loop.call_soon(future.set_result, None)
+            await future
+
+    rate = timed(lambda: loop.run_until_complete(main()), n)
+    loop.close()
+    return rate
+
+
+def aio_round_trips(make: Callable[[], asyncio.AbstractEventLoop], n: int, idle: int) -> float:
+    loop = make()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    idles = [socket.socketpair() for _ in range(idle)]
+    for x, _ in idles:
+        loop.add_reader(x, lambda: None)
+    count = [0]
+
+    def echo() -> None:
+        b.send(b.recv(16))
+
+    def pong() -> None:
+        a.recv(16)
+        count[0] += 1
+        if count[0] == n:
+            loop.stop()
+        else:
+            a.send(b"x")
+
+    loop.add_reader(b, echo)
+    loop.add_reader(a, pong)
+    loop.call_soon(loop.stop)
+    loop.run_forever()  # warm-up, as for the drivers
+
+    def body() -> None:
+        a.send(b"x")
+        loop.run_forever()
+
+    rate = timed(body, n)
+    loop.close()
+    for x, y in [*idles, (a, b)]:
+        x.close()
+        y.close()
+    return rate
+
+
+# -- the table -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10x fewer operations")
+    parser.add_argument("-n", type=int, default=None, help="operations per row")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per cell")
+    args = parser.parse_args(argv)
+    n = args.n or (10_000 if args.quick else 100_000)
+    trips = max(n // 5, 1000)
+
+    drivers: dict[str, Callable[[], Any]] = {
+        "IoPollDriver": IoPollDriver,
+        "SelectorsDriver": SelectorsDriver,
+    }
+    loops: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
+    if uvloop is not None:
+        loops["uvloop"] = uvloop.new_event_loop
+
+    rows: list[tuple[str, Callable[[Any], float], Callable[[Any], float]]] = [
+        ("defer", lambda m: loop_defer(m, n), lambda m: aio_defer(m, n)),
+        ("delay(0)", lambda m: loop_delay(m, n), lambda m: aio_delay(m, n)),
+        ("repeat(0)", lambda m: loop_repeat(m, n), lambda m: aio_repeat(m, n)),
+        ("I/O register+cancel", lambda m: loop_register(m, n), lambda m: aio_register(m, n)),
+        ("suspend/resume", lambda m: loop_suspend(m, n), lambda m: aio_suspend(m, n)),
+    ]
+    for idle in (0, 100, 1000):
+        rows.append(
+            (
+                f"round trips, {idle} idle",
+                lambda m, k=idle: loop_round_trips(m, trips, k),
+                lambda m, k=idle: aio_round_trips(m, trips, k),
+            )
+        )
+
+    columns = [*drivers, *loops]
+    print(
+        f"Python {sys.version.split()[0]}, {n:,} ops per row ({trips:,} round trips), "
+        f"best of {args.repeat}, ops/s"
+    )
+    print(f"| {'row':<24} | " + " | ".join(f"{c:>15}" for c in columns) + " |")
+    print(f"|{'-' * 26}|" + "|".join("-" * 17 for _ in columns) + "|")
+    missed: list[str] = []
+    for name, ours, theirs in rows:
+        best = max(args.repeat, 1)
+        cells = [max(ours(make) for _ in range(best)) for make in drivers.values()]
+        cells += [max(theirs(make) for _ in range(best)) for make in loops.values()]
+        print(f"| {name:<24} | " + " | ".join(f"{c:>15,.0f}" for c in cells) + " |", flush=True)
+        if cells[0] < cells[len(drivers)]:
+            missed.append(name)
+    if missed:
+        print(f"Target IoPollDriver >= asyncio: missed on {', '.join(missed)}")
+    else:
+        print("Target IoPollDriver >= asyncio: met on every row")
+    print("suspend/resume for asyncio/uvloop: a Future resolved by call_soon, awaited in a task")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,11 @@
+"""Shared test configuration: markers only."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: runs for tens of seconds (deselect with -m 'not slow' or -k 'not slow')"
+    )

@@ -1,0 +1,112 @@
+"""The benchmark commands work: each runs with a tiny workload and prints its whole table.
+
+No timing is asserted (the figures depend on the machine); the target checks are tested on
+made-up results instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import roundtrip  # noqa: E402
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the tables name epoll columns")
+
+
+def run(*args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def table_rows(output: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in output.splitlines()
+        if line.startswith("|")
+    ]
+
+
+def test_roundtrip_module_prints_every_column_and_row() -> None:
+    # 1,100 idle sockets put fds past FD_SETSIZE: the select columns must say so, not fail.
+    output = run("-m", "benchmarks.roundtrip", "--round-trips", "20", "--repeats", "2",
+                 "--n", "0", "1100", "--quiet")
+    header, rule, *rows = table_rows(output)
+    assert header == ["N idle", *(column.title for column in roundtrip.COLUMNS)]
+    assert len(rule) == len(header)
+    assert [row[0] for row in rows] == ["0", "1,100"]
+    for cell in rows[0][1:]:
+        assert cell.endswith("x)") and "/s (" in cell, cell
+    assert rows[0][1].endswith("(1.00x)")
+    titles = header[1:]
+    for title, cell in zip(titles, rows[1][1:], strict=True):
+        if title in ("select.select", "iopoll SELECT", "polyfill"):
+            assert cell == "n/a (FD_SETSIZE)"
+        else:
+            assert "/s (" in cell, (title, cell)
+    targets = [line for line in output.splitlines() if line.startswith("target ")]
+    assert len(targets) == 4
+    assert "SKIP" in targets[2]  # flatness needs N=0 and N=10,000
+
+
+def test_roundtrip_script_runs_from_the_repo_root() -> None:
+    output = run("benchmarks/roundtrip.py", "--round-trips", "10", "--repeats", "1", "--n", "0",
+                 "--quiet")
+    header, _, row = table_rows(output)
+    assert len(row) == len(header) == len(roundtrip.COLUMNS) + 1
+
+
+def test_roundtrip_rejects_nonsense_flags() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.roundtrip", "--round-trips", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--round-trips" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["-m", "benchmarks.memory"], ["benchmarks/memory.py"]])
+def test_memory_prints_bytes_per_watcher(command: list[str]) -> None:
+    output = run(*command, "--watchers", "200")
+    header, _, *rows = table_rows(output)
+    assert header == ["backend", "bytes per watcher", "target"]
+    assert [row[0] for row in rows] == ["EPOLL", "POLL"]
+    for row in rows:
+        assert int(row[1].replace(",", "")) > 0
+        assert row[2] in ("PASS", "FAIL")
+
+
+def made_up(rates: dict[tuple[int, str], float]) -> roundtrip.Results:
+    results = roundtrip.Results(1000, sorted({n for n, _ in rates}), [t for _, t in rates])
+    results.cells = {key: 1000 / rate for key, rate in rates.items()}
+    return results
+
+
+def test_targets_pass_and_fail_on_the_stated_thresholds() -> None:
+    epoll, selector, ours = roundtrip.BARE_EPOLL, roundtrip.EPOLL_SELECTOR, roundtrip.IOPOLL_EPOLL
+    select_, polyfill = roundtrip.BARE_SELECT, roundtrip.POLYFILL
+    rates = {
+        (0, epoll): 100.0, (0, selector): 80.0, (0, ours): 91.0,
+        (0, select_): 100.0, (0, polyfill): 95.0,
+        (100, epoll): 100.0, (100, selector): 80.0, (100, ours): 89.0,
+        (100, select_): 50.0, (100, polyfill): 40.0,
+        (10_000, epoll): 85.0, (10_000, selector): 75.0, (10_000, ours): 80.0,
+    }
+    checks = roundtrip.targets(made_up(rates))
+    assert [met for met, _ in checks] == [False, True, False, False]
+    assert "0.89x at N=100" in checks[0][1]
+    assert "-12.1%" in checks[2][1]
+    assert "0.80x at N=100" in checks[3][1]
+    rates[100, ours], rates[10_000, ours], rates[100, polyfill] = 95.0, 90.0, 48.0
+    assert [met for met, _ in roundtrip.targets(made_up(rates))] == [True, True, True, True]

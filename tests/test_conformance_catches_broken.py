@@ -1,0 +1,74 @@
+"""Proof that the conformance suite can fail: it must reject each deliberately broken
+implementation in ``tests/broken`` and accept the unbroken wrapper built the same way.
+
+Each case runs the real command line, ``python -m iopoll_conformance broken.NAME --backend B
+-x``, in a subprocess on the best native backend here (whole suite, stopping at the first
+failure).  ``CI=1`` makes the differential test's search deterministic, so these results
+do not depend on luck.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import iopoll
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+BACKEND = iopoll.Backend.AUTO.resolve().name
+
+# Each broken module, and the rule it breaks (see its docstring).
+BROKEN = {
+    "ignores_max_events": "wait() returns more than max_events watchers",
+    "no_hangup": "HANGUP is never reported",
+    "returns_closed": "wait() returns watchers of closed streams",
+    "duplicate_add": "adding a watched fd replaces its watcher",
+    "negative_timeout": "a negative timeout is taken as 0",
+    "oneshot_repeats": "a one-shot watcher keeps firing",
+    "level_as_edge": "a level-triggered watcher is reported once",
+    "empty_events": "add() with empty events watches READ",
+    "len_counts_closed": "len(ctx) counts watchers of closed streams",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def run_suite(module: str, *pytest_args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CI="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "iopoll_conformance", module, "--backend", BACKEND, *pytest_args],
+        cwd=TESTS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def verdict(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith(("PASS:", "FAIL:"))]
+    assert len(lines) == 1, f"no conformance summary in the output:\n{output}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_suite_fails_on_broken_implementation(name: str) -> None:
+    result = run_suite(f"broken.{name}", "-x", "-q")
+    output = result.stdout + result.stderr
+    # 1 is pytest's "tests failed": not a usage error, a crash or an empty collection.
+    assert result.returncode == 1, f"{name} ({BROKEN[name]}) was not caught:\n{output}"
+    assert verdict(output).startswith("FAIL: "), output
+    assert "FAILED " in output, output
+
+
+def test_suite_passes_on_unbroken_wrapper() -> None:
+    result = run_suite("broken.unbroken", "-q")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    summary = verdict(output)
+    assert summary.startswith("PASS: ") and " 0 failed" in summary, output

@@ -1,0 +1,483 @@
+"""IoPollDriver extras, the factory, the facade, TracingDriver and suspensions."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from iopoll import Backend, Context
+from iopoll import loop as facade
+from iopoll.loop import (
+    Driver,
+    DriverFactory,
+    InvalidCallbackError,
+    IoPollDriver,
+    SelectorsDriver,
+    TracingDriver,
+    UncaughtError,
+    UnsupportedFeatureError,
+)
+
+
+def _discard(*results: object) -> None:
+    """Callbacks must return None: swallow what a lambda's call returned."""
+
+
+DRIVERS = [
+    pytest.param(lambda: IoPollDriver(), id="iopoll"),
+    pytest.param(SelectorsDriver, id="selectors"),
+    pytest.param(lambda: TracingDriver(IoPollDriver()), id="tracing"),
+]
+
+
+@pytest.fixture
+def driver() -> Iterator[IoPollDriver]:
+    d = IoPollDriver()
+    yield d
+    d.close()
+
+
+# -- IoPollDriver ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", Backend.available_backends())
+def test_handle_is_the_context(backend: Backend) -> None:
+    d = IoPollDriver(backend)
+    assert isinstance(d.get_handle(), Context) and d.get_handle().backend is backend
+    d.close()
+
+
+def test_selectors_driver_handle_is_its_selector() -> None:
+    import selectors
+
+    assert isinstance(SelectorsDriver().get_handle(), selectors.BaseSelector)
+
+
+@pytest.mark.parametrize("backend", Backend.available_backends())
+def test_more_than_1024_fds(backend: Backend) -> None:
+    if backend is Backend.SELECT:
+        pytest.skip("select() cannot watch fds >= FD_SETSIZE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * 1100 + 64
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    pairs = [socket.socketpair() for _ in range(1100)]
+    d = IoPollDriver(backend)
+    try:
+        for a, _ in pairs:
+            d.unreference(d.on_readable(a, lambda cid, s: None))
+        reader, writer = pairs[-1]
+        assert reader.fileno() > 1024
+        got: list[bytes] = []
+
+        def fn(cid: str, stream: Any) -> None:
+            got.append(stream.recv(10))
+            d.cancel(cid)
+
+        d.on_readable(reader, fn)
+        writer.send(b"high")
+        d.run()
+        assert got == [b"high"]
+    finally:
+        d.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("path", ["regular", os.devnull])
+def test_regular_file_and_devnull_are_always_ready(tmp_path: Any, path: str) -> None:
+    name = str(tmp_path / "file.txt") if path == "regular" else path
+    if path == "regular":
+        with open(name, "w") as f:
+            f.write("data")
+    d = IoPollDriver()
+    with open(name, "rb") as stream:
+        got: list[str] = []
+
+        def fn(cid: str, s: Any) -> None:
+            got.append(cid)
+            if len(got) == 3:
+                d.cancel(cid)
+
+        d.on_readable(stream, fn)
+        d.run()
+        assert len(got) == 3
+        if d.get_handle().backend is Backend.EPOLL:
+            assert d._fallback is not None  # went to the POLL context
+        assert d._fallback_count == 0
+    d.close()
+
+
+def test_stdin_redirected_from_a_file(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    data = tmp_path / "in.txt"
+    data.write_text("hello\n")
+    code = (
+        "import sys; from iopoll.loop import IoPollDriver\n"
+        "d = IoPollDriver(); out = []\n"
+        "def fn(cid, s): out.append(s.readline()); d.cancel(cid)\n"
+        "d.on_readable(sys.stdin, fn); d.run(); print(out)\n"
+    )
+    with open(data) as stdin:
+        result = subprocess.run(
+            [sys.executable, "-c", code], stdin=stdin, capture_output=True, text=True, timeout=30
+        )
+    assert result.stdout.strip() == "['hello\\n']", result.stderr
+
+
+def test_signal_during_blocking_wait_runs_promptly(driver: IoPollDriver) -> None:
+    reader, writer = socket.socketpair()
+    got: list[float] = []
+    read_id = driver.on_readable(reader, lambda cid, s: None)  # blocks: nothing to read
+
+    def on_alarm(cid: str, signum: int) -> None:
+        got.append(time.monotonic())
+        driver.cancel(cid)
+        driver.cancel(read_id)
+
+    driver.on_signal(signal.SIGALRM, on_alarm)
+    started = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        driver.run()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        reader.close()
+        writer.close()
+    assert len(got) == 1 and got[0] - started < 0.5
+
+
+def test_signal_from_another_thread_wakes_the_wait(driver: IoPollDriver) -> None:
+    got: list[int] = []
+
+    def on_signal(cid: str, signum: int) -> None:
+        got.append(signum)
+        driver.cancel(cid)
+
+    driver.on_signal(signal.SIGUSR1, on_signal)
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGUSR1))
+    started = time.monotonic()
+    timer.start()
+    driver.run()
+    timer.join()
+    assert got == [signal.SIGUSR1] and time.monotonic() - started < 0.5
+
+
+def test_one_watcher_per_fd_with_recomputed_events(driver: IoPollDriver) -> None:
+    from iopoll import Event
+
+    a, b = socket.socketpair()
+    r = driver.on_readable(a, lambda cid, s: None)
+    w = driver.on_writable(a, lambda cid, s: None)
+    driver.delay(0, lambda cid: driver.stop())
+    driver.run()
+    (watcher,) = driver.get_handle()._watchers.values()
+    assert watcher.watched_events == Event.READ | Event.WRITE
+    driver.disable(w)
+    assert watcher.watched_events == Event.READ
+    driver.cancel(r)
+    assert not watcher.is_active() and len(driver.get_handle()) == 0
+    driver.cancel(w)
+    a.close()
+    b.close()
+
+
+# -- factory and facade ------------------------------------------------------------------
+
+
+class CustomDriver(IoPollDriver):
+    pass
+
+
+def test_factory_default_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("IOPOLL_LOOP_DRIVER", raising=False)
+    monkeypatch.delenv("IOPOLL_LOOP_DEBUG_TRACE", raising=False)
+    assert type(DriverFactory().create()) is IoPollDriver
+    monkeypatch.setenv("IOPOLL_LOOP_DRIVER", "iopoll.loop:SelectorsDriver")
+    assert type(DriverFactory().create()) is SelectorsDriver
+    monkeypatch.setenv("IOPOLL_LOOP_DEBUG_TRACE", "1")
+    traced = DriverFactory().create()
+    assert isinstance(traced, TracingDriver) and type(traced.driver) is SelectorsDriver
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["iopoll.loop:Nope", "no.such.module:X", "socket:socket", "iopoll.loop", "iopoll.loop:Driver"],
+)
+def test_factory_refuses_what_is_not_a_driver(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("IOPOLL_LOOP_DRIVER", value)
+    with pytest.raises((ValueError, TypeError), match="IOPOLL_LOOP_DRIVER"):
+        DriverFactory().create()
+
+
+def test_facade_one_driver_per_thread() -> None:
+    mine = facade.get_driver()
+    assert facade.get_driver() is mine
+    others: list[Driver] = []
+    thread = threading.Thread(target=lambda: others.append(facade.get_driver()))
+    thread.start()
+    thread.join()
+    assert others[0] is not mine
+    replacement = SelectorsDriver()
+    facade.set_driver(replacement)
+    try:
+        log: list[str] = []
+        deferred = facade.defer(lambda cid: log.append("defer"))
+        assert facade.get_type(deferred).name == "DEFER"
+        facade.queue(log.append, "micro")
+        facade.run()
+        assert log == ["micro", "defer"]
+        with pytest.raises(InvalidCallbackError):
+            facade.enable("unknown")
+    finally:
+        facade.set_driver(mine)
+
+
+def test_set_driver_refused_while_running() -> None:
+    d = IoPollDriver()
+    facade.set_driver(d)
+    errors: list[BaseException] = []
+
+    def swap(cid: str) -> None:
+        try:
+            facade.set_driver(SelectorsDriver())
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    facade.defer(swap)
+    facade.run()
+    assert len(errors) == 1
+
+
+# -- TracingDriver ------------------------------------------------------------------------
+
+
+def test_tracing_dump_and_notes() -> None:
+    d = TracingDriver(IoPollDriver())
+    alive = d.delay(10, lambda cid: None)
+    hidden = d.unreference(d.delay(10, lambda cid: None))
+    dump = d.dump()
+    assert repr(alive) in dump and repr(hidden) not in dump and "test_loop_extras.py" in dump
+    d.cancel(alive)
+    d.cancel(hidden)
+    with pytest.raises(InvalidCallbackError) as info:
+        d.enable(alive)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "Creation trace" in notes and "Cancellation trace" in notes
+    assert "test_tracing_dump_and_notes" in notes
+    assert "No enabled" in d.dump()
+
+
+# -- suspensions (Revolt's EventLoopTest) --------------------------------------------------
+
+greenlet = pytest.importorskip("greenlet")
+
+
+@pytest.mark.parametrize("make", DRIVERS)
+class TestSuspension:
+    def test_main_suspend_runs_loop_until_resumed(self, make: Any) -> None:
+        d = make()
+        suspension = d.get_suspension()
+        assert d.get_suspension() is suspension
+        d.delay(0.01, lambda cid: suspension.resume(42))
+        assert suspension.suspend() == 42
+
+    def test_main_throw(self, make: Any) -> None:
+        d = make()
+        suspension = d.get_suspension()
+        error = KeyError("x")
+        d.defer(lambda cid: suspension.throw(error))
+        with pytest.raises(KeyError) as info:
+            suspension.suspend()
+        assert info.value is error
+
+    def test_suspend_in_callback(self, make: Any) -> None:
+        d = make()
+        log: list[object] = []
+
+        def fn(cid: str) -> None:
+            suspension = d.get_suspension()
+            d.delay(0.01, lambda c: suspension.resume("value"))
+            log.append(suspension.suspend())
+
+        d.defer(fn)
+        d.defer(lambda cid: log.append("next callback ran meanwhile"))
+        d.run()
+        assert log == ["next callback ran meanwhile", "value"]
+
+    def test_suspend_in_microtask_and_user_greenlet(self, make: Any) -> None:
+        d = make()
+        log: list[object] = []
+
+        def task() -> None:
+            suspension = d.get_suspension()
+            d.defer(lambda cid: suspension.resume("micro"))
+            log.append(suspension.suspend())
+
+        d.queue(task)
+
+        def in_greenlet() -> None:
+            suspension = d.get_suspension()
+            d.delay(0.005, lambda cid: suspension.resume("greenlet"))
+            log.append(suspension.suspend())
+
+        d.defer(lambda cid: _discard(greenlet.greenlet(in_greenlet).switch()))
+        d.run()
+        assert sorted(map(str, log)) == ["greenlet", "micro"]
+
+    def test_suspend_repeatedly_in_one_callback_and_errors_after(self, make: Any) -> None:
+        d = make()
+        log: list[object] = []
+
+        def fn(cid: str) -> None:
+            suspension = d.get_suspension()
+            for i in range(3):
+                d.defer(lambda c, i=i: suspension.resume(i))
+                log.append(suspension.suspend())
+            raise ValueError("after resuming")
+
+        d.defer(fn)
+        d.defer(lambda cid: log.append("other"))
+        with pytest.raises(UncaughtError) as info:
+            d.run()
+        assert isinstance(info.value.__cause__, ValueError)
+        assert log == ["other", 0, 1, 2]
+
+    def test_resume_is_not_reentrant(self, make: Any) -> None:
+        d = make()
+        log: list[str] = []
+
+        def fn(cid: str) -> None:
+            suspension = d.get_suspension()
+
+            def resumer(c: str) -> None:
+                suspension.resume()
+                log.append("after resume()")
+
+            d.defer(resumer)
+            suspension.suspend()
+            log.append("resumed")
+
+        d.defer(fn)
+        d.run()
+        assert log == ["after resume()", "resumed"]
+
+    def test_order_errors(self, make: Any) -> None:
+        d = make()
+        suspension = d.get_suspension()
+        with pytest.raises(RuntimeError, match="Must call suspend"):
+            suspension.resume()
+        errors: list[str] = []
+
+        def fn(cid: str) -> None:
+            inner = d.get_suspension()
+            d.defer(lambda c: inner.resume())
+            inner.suspend()
+            try:
+                inner.resume()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+
+        d.defer(fn)
+        d.run()
+        assert errors == ["Must call suspend() before calling resume()"]
+
+    def test_double_suspend_is_refused(self, make: Any) -> None:
+        d = make()
+        errors: list[str] = []
+
+        def fn(cid: str) -> None:
+            suspension = d.get_suspension()
+            suspension._pending = True  # as if suspended: a second suspend() is refused
+            try:
+                suspension.suspend()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+            suspension._pending = False
+
+        d.defer(fn)
+        d.run()
+        assert errors and "before calling suspend() again" in errors[0]
+
+    def test_loop_ending_without_resuming_main(self, make: Any) -> None:
+        d = make()
+        suspension = d.get_suspension()
+        d.defer(lambda cid: None)
+        with pytest.raises(RuntimeError, match="without resuming"):
+            suspension.suspend()
+        suspension.resume()  # ignored on a dead suspension
+        with pytest.raises(RuntimeError):
+            suspension.suspend()
+        fresh = d.get_suspension()
+        assert fresh is not suspension
+        d.defer(lambda cid: fresh.resume("again"))
+        assert fresh.suspend() == "again"
+
+    def test_run_after_suspension_and_suspension_after_run(self, make: Any) -> None:
+        d = make()
+        log: list[str] = []
+        suspension = d.get_suspension()
+        d.defer(lambda cid: suspension.resume())
+        d.delay(0.01, lambda cid: log.append("later"))
+        suspension.suspend()
+        assert log == []
+        d.run()
+        assert log == ["later"]
+        d.defer(lambda cid: suspension.resume("x"))
+        assert suspension.suspend() == "x"
+
+    def test_uncaught_error_through_main_suspension(self, make: Any) -> None:
+        d = make()
+        suspension = d.get_suspension()
+        d.defer(lambda cid: _discard(1 / 0))
+        with pytest.raises(UncaughtError) as info:
+            suspension.suspend()
+        assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+    def test_run_inside_callback_is_refused(self, make: Any) -> None:
+        d = make()
+        d.defer(lambda cid: d.run())
+        with pytest.raises(UncaughtError, match="already running"):
+            d.run()
+
+    def test_io_through_suspension(self, make: Any) -> None:
+        d = make()
+        a, b = socket.socketpair()
+        suspension = d.get_suspension()
+
+        def readable(cid: str, stream: Any) -> None:
+            d.cancel(cid)
+            suspension.resume(stream.recv(10))
+
+        d.on_readable(a, readable)
+        d.delay(0.01, lambda cid: _discard(b.send(b"data")))
+        assert suspension.suspend() == b"data"
+        a.close()
+        b.close()
+
+
+def test_without_greenlet_suspension_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    from iopoll.loop import _suspension
+
+    monkeypatch.setattr(_suspension, "_module", None)
+    d = IoPollDriver()
+    with pytest.raises(UnsupportedFeatureError, match="greenlet"):
+        d.get_suspension()
+    log: list[str] = []
+    d.defer(lambda cid: log.append("plain"))
+    d.run()  # callbacks run without greenlet too
+    assert log == ["plain"]
