@@ -5,6 +5,7 @@ It holds no test class itself: ``test_loop_drivers.py`` subclasses it per driver
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import signal
@@ -190,6 +191,30 @@ class DriverConformance:
         loop.run()
         # tick 1: (nothing for the timer: activated), tick 2 at most once, then stop.
         assert ticks.count("repeat") <= 2
+
+    def test_repeat_rearms_before_its_callback_runs(self, loop: Driver) -> None:
+        starts: list[float] = []
+
+        def slow(cid: str) -> None:
+            starts.append(time.monotonic())
+            time.sleep(0.04)
+            if len(starts) == 3:
+                loop.cancel(cid)
+
+        loop.repeat(0.06, slow)
+        loop.run()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+        # Re-armed from the clock before the call: 0.06 apart, not 0.06 + 0.04.
+        assert all(0.055 <= gap < 0.095 for gap in gaps), gaps
+
+    def test_enable_rearms_a_timer_from_now(self, loop: Driver) -> None:
+        fired: list[float] = []
+        delay_id = loop.disable(loop.delay(0.05, lambda cid: fired.append(time.monotonic())))
+        time.sleep(0.06)  # past its first expiration while disabled
+        enabled_at = time.monotonic()
+        loop.enable(delay_id)
+        loop.run()
+        assert fired[0] - enabled_at >= 0.045
 
     @pytest.mark.parametrize("seconds", [math.inf, 1e300, sys.maxsize, 2**64, 10**400])
     def test_huge_delay_never_fires_nor_overflows(self, loop: Driver, seconds: float) -> None:

@@ -1,0 +1,28 @@
+"""Smoke test: ``python -m benchmarks.bench_loop`` runs and prints every row and column."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_bench_loop_prints_every_row_and_the_target_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_loop", "-n", "1000", "--repeat", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for column in ("IoPollDriver", "SelectorsDriver", "asyncio"):
+        assert column in out
+    for row in ("defer", "delay(0)", "repeat(0)", "I/O register+cancel", "suspend/resume"):
+        assert f"| {row}" in out
+    for idle in (0, 100, 1000):
+        assert f"round trips, {idle} idle" in out
+    assert "Target IoPollDriver >= asyncio:" in out
