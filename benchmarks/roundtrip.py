@@ -40,6 +40,10 @@ DEFAULT_REPEATS = 3
 DEFAULT_NS = (0, 100, 1000, 10_000)
 QUICK_ROUND_TRIPS = 3_000
 QUICK_NS = (0, 100)
+WARM_UP = 500
+# Seconds one timed run may take: O(N) columns at N=10,000 run ~300 round trips/s.
+DEFAULT_BUDGET = 2.0
+MIN_ROUND_TRIPS = 200
 FD_SETSIZE = polyfill.FD_SETSIZE
 # fds the process holds besides the benchmark's sockets (stdio, the poller, imports).
 FD_HEADROOM = 64
@@ -187,17 +191,19 @@ def socket_pairs(count: int) -> list[tuple[socket.socket, socket.socket]]:
 
 @dataclass
 class Results:
-    """Best seconds per (N, column title), or why a cell is n/a."""
+    """Best seconds per round trip for each (N, column title), or why a cell is n/a."""
 
     round_trips: int
     ns: list[int]
     columns: list[str]
     cells: dict[tuple[int, str], float | str] = field(default_factory=dict)
+    # Cells that ran fewer round trips to stay within the time budget.
+    shortened: set[tuple[int, str]] = field(default_factory=set)
 
     def rate(self, n: int, title: str) -> float | None:
         """Round trips per second, or None for an n/a cell."""
         cell = self.cells.get((n, title))
-        return self.round_trips / cell if isinstance(cell, float) else None
+        return 1 / cell if isinstance(cell, float) else None
 
     def ratio(self, n: int, title: str, baseline: str = BARE_EPOLL) -> float | None:
         """``title``'s rate over ``baseline``'s at ``n``, or None if either is n/a."""
@@ -211,10 +217,15 @@ def run(
     ns: Sequence[int] = DEFAULT_NS,
     columns: Sequence[Column] = COLUMNS,
     progress: Callable[[str], None] | None = None,
+    budget: float = DEFAULT_BUDGET,
 ) -> Results:
-    """Measure every column at every N; the best of ``repeats`` interleaved runs."""
+    """Measure every column at every N; the best of ``repeats`` interleaved runs.
+
+    A run that would take longer than ``budget`` seconds (poll and select with thousands of
+    idle fds) does fewer round trips, at least ``MIN_ROUND_TRIPS``; 0 means no budget.
+    """
     results = Results(count, list(ns), [column.title for column in columns])
-    warm_up = min(count, 500)
+    warm_up = min(count, WARM_UP)
     for n in ns:
         if not raise_fd_limit(n + 2 + FD_HEADROOM):
             for column in columns:
@@ -237,13 +248,17 @@ def run(
                         continue
                     wait, close = prepared
                     try:
-                        round_trips(wait, a, b, warm_up)
-                        seconds = round_trips(wait, a, b, count)
+                        each = round_trips(wait, a, b, warm_up) / warm_up
+                        todo = count
+                        if budget and each * count > budget:
+                            todo = max(min(count, MIN_ROUND_TRIPS), int(budget / each))
+                            results.shortened.add((n, column.title))
+                        each = round_trips(wait, a, b, todo) / todo
                     finally:
                         close()
                     previous = best.get(column.title)
-                    if not isinstance(previous, float) or seconds < previous:
-                        best[column.title] = seconds
+                    if not isinstance(previous, float) or each < previous:
+                        best[column.title] = each
                 if progress is not None:
                     progress(f"N={n}: repeat {repeat + 1}/{repeats} done")
             for title, cell in best.items():
@@ -261,9 +276,9 @@ def _format_cell(results: Results, n: int, title: str) -> str:
     cell = results.cells.get((n, title), "n/a")
     if isinstance(cell, str):
         return cell
-    rate = results.round_trips / cell
     ratio = results.ratio(n, title)
-    return f"{rate:,.0f}/s" + ("" if ratio is None else f" ({ratio:.2f}x)")
+    mark = "*" if (n, title) in results.shortened else ""
+    return f"{1 / cell:,.0f}/s{mark}" + ("" if ratio is None else f" ({ratio:.2f}x)")
 
 
 def format_table(results: Results) -> str:
@@ -333,6 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_ROUND_TRIPS:,} round trips, N = 0 and 100"
     )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        help=f"seconds per timed run before it is shortened (default {DEFAULT_BUDGET}; 0: none)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
@@ -341,13 +362,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if count is None:
         count = QUICK_ROUND_TRIPS if args.quick else DEFAULT_ROUND_TRIPS
     ns = args.n if args.n is not None else (QUICK_NS if args.quick else DEFAULT_NS)
-    if count < 1 or args.repeats < 1 or any(n < 0 for n in ns):
-        parser.error("--round-trips and --repeats must be >= 1, and every --n >= 0")
+    if count < 1 or args.repeats < 1 or any(n < 0 for n in ns) or args.budget < 0:
+        parser.error("--round-trips and --repeats must be >= 1, --budget and every --n >= 0")
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    results = run(count, args.repeats, ns, progress=None if args.quiet else progress)
+    results = run(
+        count, args.repeats, ns, progress=None if args.quiet else progress, budget=args.budget
+    )
     print(
         f"Round trips per second over an AF_UNIX socketpair ({count:,} round trips, best of "
         f"{args.repeats}; ratio to the bare select.epoll loop). Python {sys.version.split()[0]}, "
@@ -355,6 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(format_table(results))
+    if results.shortened:
+        print()
+        print(f"\\* fewer round trips (>= {MIN_ROUND_TRIPS}) to fit {args.budget:g} s per run.")
     print()
     print(format_targets(results))
     missed = any(met is False for met, _ in targets(results))

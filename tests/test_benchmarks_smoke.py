@@ -67,6 +67,14 @@ def test_roundtrip_script_runs_from_the_repo_root() -> None:
     assert len(row) == len(header) == len(roundtrip.COLUMNS) + 1
 
 
+def test_roundtrip_shortens_runs_over_the_budget_and_says_so() -> None:
+    output = run("-m", "benchmarks.roundtrip", "--round-trips", "400", "--repeats", "1",
+                 "--n", "0", "--budget", "0.000001", "--quiet")
+    _, _, row = table_rows(output)
+    assert all("/s* (" in cell for cell in row[1:]), row
+    assert "fewer round trips (>= 200)" in output
+
+
 def test_roundtrip_rejects_nonsense_flags() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.roundtrip", "--round-trips", "0"],
@@ -89,7 +97,7 @@ def test_memory_prints_bytes_per_watcher(command: list[str]) -> None:
 
 def made_up(rates: dict[tuple[int, str], float]) -> roundtrip.Results:
     results = roundtrip.Results(1000, sorted({n for n, _ in rates}), [t for _, t in rates])
-    results.cells = {key: 1000 / rate for key, rate in rates.items()}
+    results.cells = {key: 1 / rate for key, rate in rates.items()}
     return results
 
 

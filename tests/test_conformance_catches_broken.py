@@ -14,8 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import iopoll
 import pytest
+
+import iopoll
 
 TESTS = Path(__file__).resolve().parent
 BACKEND = iopoll.Backend.AUTO.resolve().name

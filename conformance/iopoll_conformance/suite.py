@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from .groups.backends import BackendRules
-from .groups.handles import HandleRules
 from .groups.add import AddRules
-from .groups.wait import WaitRules
-from .groups.lifecycle import LifecycleRules
-from .groups.errors import ErrorRules
-from .groups.events import EventRules
-from .groups.oneshot import OneShotRules
-from .groups.edge import EdgeRules
+from .groups.backends import BackendRules
 from .groups.buffered import BufferedRules
-from .groups.files import FileRules
 from .groups.closed import ClosedStreamRules
 from .groups.differential import DifferentialRules
+from .groups.edge import EdgeRules
+from .groups.errors import ErrorRules
+from .groups.events import EventRules
+from .groups.files import FileRules
+from .groups.handles import HandleRules
+from .groups.lifecycle import LifecycleRules
+from .groups.oneshot import OneShotRules
+from .groups.wait import WaitRules
 
 
 class ConformanceSuite(

@@ -103,7 +103,9 @@ def tls_pair() -> tuple[ssl.SSLSocket, ssl.SSLSocket]:
     raw_client, raw_server = tcp_pair()
     raw_client.setblocking(True)
     raw_server.setblocking(True)
-    client = client_ctx.wrap_socket(raw_client, server_hostname="localhost", do_handshake_on_connect=False)
+    client = client_ctx.wrap_socket(
+        raw_client, server_hostname="localhost", do_handshake_on_connect=False
+    )
     server = server_ctx.wrap_socket(raw_server, server_side=True, do_handshake_on_connect=False)
     done = threading.Thread(target=server.do_handshake)
     done.start()

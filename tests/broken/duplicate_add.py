@@ -9,7 +9,7 @@ import iopoll
 from iopoll import *  # noqa: F403  (every name of SPEC section 1)
 
 
-class Context(iopoll.Context):
+class Context(iopoll.Context):  # type: ignore[no-redef]  # replaces the re-exported one
     """``add()`` of a watched fd: the last one wins."""
 
     def add(self, handle: Any, events: Any, data: Any = None) -> Any:

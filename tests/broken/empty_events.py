@@ -8,7 +8,7 @@ import iopoll
 from iopoll import *  # noqa: F403  (every name of SPEC section 1)
 
 
-class Context(iopoll.Context):
+class Context(iopoll.Context):  # type: ignore[no-redef]  # replaces the re-exported one
     """``add(handle, Event(0))`` and ``add(handle, [])`` watch ``READ``."""
 
     def add(self, handle: Any, events: Any, data: Any = None) -> Any:

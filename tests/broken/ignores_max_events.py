@@ -11,7 +11,7 @@ import iopoll
 from iopoll import *  # noqa: F403  (every name of SPEC section 1)
 
 
-class Context(iopoll.Context):
+class Context(iopoll.Context):  # type: ignore[no-redef]  # replaces the re-exported one
     """``wait()`` validates ``max_events``, then returns everything."""
 
     def wait(self, timeout: Any = None, microseconds: Any = 0, max_events: Any = None) -> list[Any]:

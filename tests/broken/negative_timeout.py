@@ -8,7 +8,7 @@ import iopoll
 from iopoll import *  # noqa: F403  (every name of SPEC section 1)
 
 
-class Context(iopoll.Context):
+class Context(iopoll.Context):  # type: ignore[no-redef]  # replaces the re-exported one
     """``wait(-1)`` polls."""
 
     def wait(self, timeout: Any = None, microseconds: Any = 0, max_events: Any = None) -> list[Any]:

@@ -12,7 +12,7 @@ from _iopoll_core.watcher import REMOVED
 from iopoll import *  # noqa: F403  (every name of SPEC section 1)
 
 
-class Context(iopoll.Context):
+class Context(iopoll.Context):  # type: ignore[no-redef]  # replaces the re-exported one
     """``wait()`` also returns the watchers of closed streams."""
 
     def __init__(self, backend: Any = iopoll.Backend.AUTO) -> None:
