@@ -1,9 +1,11 @@
 """Round trips per second over an AF_UNIX socketpair, with N idle watched sockets alongside.
 
 One round trip: side A sends a small message; the waiting layer reports B readable; B reads
-and replies; the layer reports A readable; A reads.  Every column makes the same ``send`` and
-``recv`` calls on non-blocking sockets (so a layer that returned without readiness would fail
-loudly with ``BlockingIOError``); only the waiting layer differs.  The columns are measured in
+and replies; the layer reports A readable; A reads.  Every column is the loop a program would
+write on that layer: wait, then dispatch each report to the socket it names and read from it
+(a dict from fd to socket for the bare loops, ``key.fileobj`` for selectors, ``watcher.data``
+for iopoll).  The reads are non-blocking, so a layer that reported a socket that is not
+readable would fail loudly with ``BlockingIOError``; only the waiting layer differs.  The columns are measured in
 the same run, interleaved per repeat so that machine noise hits them alike; each cell is the
 best of the repeats, with its ratio to the bare ``select.epoll`` loop.
 
@@ -48,11 +50,12 @@ FD_SETSIZE = polyfill.FD_SETSIZE
 # fds the process holds besides the benchmark's sockets (stdio, the poller, imports).
 FD_HEADROOM = 64
 
-Wait = Callable[[], object]
+# Wait once, then read ``size`` bytes from every socket reported readable.
+Drain = Callable[[int], None]
 Close = Callable[[], None]
-# A column's setup: given the sockets to watch (A, B, then the idle ones), the callable that
-# waits once and the callable that releases the poller; or a string: why the cell is n/a.
-Setup = Callable[[Sequence[socket.socket]], "tuple[Wait, Close] | str"]
+# A column's setup: given the sockets to watch (A, B, then the idle ones), its drain and the
+# callable that releases the poller; or a string: why the cell is n/a.
+Setup = Callable[[Sequence[socket.socket]], "tuple[Drain, Close] | str"]
 
 
 @dataclass(frozen=True)
@@ -69,43 +72,74 @@ def _needs_fd_set(sockets: Sequence[socket.socket]) -> str | None:
     return None
 
 
-def _bare_epoll(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+def _fd_drain(poll: Callable[[], list[tuple[int, int]]], sockets: Sequence[socket.socket]) -> Drain:
+    by_fd = {sock.fileno(): sock for sock in sockets}
+
+    def drain(size: int) -> None:
+        for fd, _ in poll():
+            by_fd[fd].recv(size)
+
+    return drain
+
+
+def _bare_epoll(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     if not hasattr(select, "epoll"):
         return "n/a (no epoll)"
     epoll = select.epoll()
     for sock in sockets:
         epoll.register(sock.fileno(), select.EPOLLIN)
-    return epoll.poll, epoll.close
+    return _fd_drain(epoll.poll, sockets), epoll.close
 
 
-def _bare_poll(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+def _bare_poll(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     if not hasattr(select, "poll"):
         return "n/a (no poll)"
     poller = select.poll()
     for sock in sockets:
         poller.register(sock.fileno(), select.POLLIN)
-    return poller.poll, lambda: None
+    return _fd_drain(poller.poll, sockets), lambda: None
 
 
-def _bare_select(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+def _bare_select(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     refusal = _needs_fd_set(sockets)
     if refusal:
         return refusal
     fds = [sock.fileno() for sock in sockets]
-    return functools.partial(select.select, fds, (), ()), lambda: None
+    by_fd = {sock.fileno(): sock for sock in sockets}
+    wait = functools.partial(select.select, fds, (), ())
+
+    def drain(size: int) -> None:
+        for fd in wait()[0]:
+            by_fd[fd].recv(size)
+
+    return drain, lambda: None
 
 
-def _epoll_selector(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+def _epoll_selector(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     if not hasattr(selectors, "EpollSelector"):
         return "n/a (no epoll)"
     selector = selectors.EpollSelector()
     for sock in sockets:
         selector.register(sock, selectors.EVENT_READ)
-    return selector.select, selector.close
+    wait = selector.select
+
+    def drain(size: int) -> None:
+        for key, _ in wait():
+            key.fileobj.recv(size)  # type: ignore[union-attr]
+
+    return drain, selector.close
+
+
+def _context_drain(wait: Callable[[], list[iopoll.Watcher]]) -> Drain:
+    def drain(size: int) -> None:
+        for watcher in wait():
+            watcher.data.recv(size)
+
+    return drain
 
 
 def _iopoll(backend_name: str) -> Setup:
-    def setup(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+    def setup(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
         backend = iopoll.Backend[backend_name]
         if not backend.is_available():
             return "n/a (unavailable)"
@@ -115,20 +149,20 @@ def _iopoll(backend_name: str) -> Setup:
                 return refusal
         context = iopoll.Context(backend)
         for sock in sockets:
-            context.add(sock, iopoll.Event.READ)
-        return context.wait, context.close
+            context.add(sock, iopoll.Event.READ, data=sock)
+        return _context_drain(context.wait), context.close
 
     return setup
 
 
-def _polyfill(sockets: Sequence[socket.socket]) -> tuple[Wait, Close] | str:
+def _polyfill(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     refusal = _needs_fd_set(sockets)
     if refusal:
         return refusal
     context = polyfill.Context()
     for sock in sockets:
-        context.add(sock, polyfill.Event.READ)
-    return context.wait, context.close
+        context.add(sock, polyfill.Event.READ, data=sock)
+    return _context_drain(context.wait), context.close
 
 
 BARE_EPOLL = "select.epoll"
@@ -149,19 +183,17 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-def round_trips(wait: Wait, a: socket.socket, b: socket.socket, count: int) -> float:
-    """Seconds that ``count`` round trips between ``a`` and ``b`` take through ``wait``."""
-    a_send, a_recv, b_send, b_recv = a.send, a.recv, b.send, b.recv
+def round_trips(drain: Drain, a: socket.socket, b: socket.socket, count: int) -> float:
+    """Seconds that ``count`` round trips between ``a`` and ``b`` take through ``drain``."""
+    a_send, b_send = a.send, b.send
     message = MESSAGE
     size = len(message)
     start = time.perf_counter()
     for _ in range(count):
         a_send(message)
-        wait()
-        b_recv(size)
+        drain(size)  # B reads
         b_send(message)
-        wait()
-        a_recv(size)
+        drain(size)  # A reads
     return time.perf_counter() - start
 
 
@@ -246,14 +278,14 @@ def run(
                     if isinstance(prepared, str):
                         best[column.title] = prepared
                         continue
-                    wait, close = prepared
+                    drain, close = prepared
                     try:
-                        each = round_trips(wait, a, b, warm_up) / warm_up
+                        each = round_trips(drain, a, b, warm_up) / warm_up
                         todo = count
                         if budget and each * count > budget:
                             todo = max(min(count, MIN_ROUND_TRIPS), int(budget / each))
                             results.shortened.add((n, column.title))
-                        each = round_trips(wait, a, b, todo) / todo
+                        each = round_trips(drain, a, b, todo) / todo
                     finally:
                         close()
                     previous = best.get(column.title)

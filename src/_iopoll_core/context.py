@@ -242,6 +242,50 @@ class Context(_Uncopyable):
         ``wait(None)`` then blocks until a signal handler raises.
         """
         mechanism = self._usable
+        watchers = self._watchers
+        if (
+            timeout is None
+            and max_events is None
+            and type(microseconds) is int
+            and not microseconds
+            and mechanism is not None
+            and watchers
+            and not self._buffered
+            and not self._leftovers
+        ):
+            # The hot path of an event loop: block until something is ready, no limit.
+            # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL) leave
+            # this loop for _collect; what it did so far is only setting _triggered again.
+            try:
+                raw = mechanism.poll(FOREVER, len(watchers))
+            except OSError as exc:
+                raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+            decode = mechanism.decode
+            invalid_fd_bit = mechanism.invalid_fd_bit
+            ready: list[Watcher] = []
+            try:
+                for fd, bits in raw:
+                    watcher = watchers[fd]
+                    if watcher._oneshot or bits & invalid_fd_bit or watcher._probe() != fd:
+                        break
+                    watcher._triggered = decode[bits]
+                    ready.append(watcher)
+                else:
+                    return ready
+            except (KeyError, OSError, ValueError):  # no watcher; a closed file's fileno()
+                pass
+            ready = self._collect(mechanism, raw, MAX_EVENTS_LIMIT)
+            return ready if ready else self._wait(None, 0, None)
+        return self._wait(timeout, microseconds, max_events)
+
+    def _wait(
+        self,
+        timeout: float | timedelta | None,
+        microseconds: int,
+        max_events: int | None,
+    ) -> list[Watcher]:
+        """``wait()`` in general: every timeout form, ``max_events``, buffered bytes."""
+        mechanism = self._usable
         if mechanism is None:
             self._raise_unusable(FailedPollWaitError)
         if timeout is None and type(microseconds) is int and microseconds == 0:
@@ -285,7 +329,7 @@ class Context(_Uncopyable):
             seconds -= time.monotonic() - started
             if seconds <= 0:
                 return ready
-        return Context.wait(self, None if seconds < 0 else seconds, 0, max_events)
+        return self._wait(None if seconds < 0 else seconds, 0, max_events)
 
     # -- wait() internals ----------------------------------------------------------------
 
