@@ -5,9 +5,9 @@ and replies; the layer reports A readable; A reads.  Every column is the loop a 
 write on that layer: wait, then dispatch each report to the socket it names and read from it
 (a dict from fd to socket for the bare loops, ``key.fileobj`` for selectors, ``watcher.data``
 for iopoll).  The reads are non-blocking, so a layer that reported a socket that is not
-readable would fail loudly with ``BlockingIOError``; only the waiting layer differs.  The columns are measured in
-the same run, interleaved per repeat so that machine noise hits them alike; each cell is the
-best of the repeats, with its ratio to the bare ``select.epoll`` loop.
+readable would fail loudly with ``BlockingIOError``; only the waiting layer differs.  The
+columns are measured in the same run, interleaved per repeat so that machine noise hits them
+alike; each cell is the best of the repeats, with its ratio to the bare ``select.epoll`` loop.
 
     python -m benchmarks.roundtrip              # 20,000 round trips, N = 0, 100, 1000, 10000
     python -m benchmarks.roundtrip --quick      # a few thousand, N = 0 and 100

@@ -12,6 +12,9 @@ registrations by (fd number, open file), so a closed fd whose file a ``dup`` kee
 leaves a registration nothing can delete; when one may exist, the OS object is rebuilt from
 the watchers (``_rebuild``).  That is O(watchers), and it happens only after a watched
 stream was closed without ``remove()``.
+
+The module is longer than most here on purpose: the Context is the one place where the
+bookkeeping lives, so that no backend repeats any of it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from .errors import (
     Refusal,
     code_for_errno,
 )
-from .events import Event, ErrorCode, coerce_events
+from .events import ErrorCode, Event, coerce_events
 from .handles import Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
 from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
@@ -333,7 +336,9 @@ class Context(_Uncopyable):
 
     # -- wait() internals ----------------------------------------------------------------
 
-    def _collect(self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int) -> list[Watcher]:
+    def _collect(
+        self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int
+    ) -> list[Watcher]:
         """Turn the OS's ``(fd, bits)`` pairs into watchers, updating their state.
 
         This is the hot path: it allocates only the list it returns.
@@ -592,7 +597,9 @@ class Context(_Uncopyable):
     ) -> None:
         name = self._backend.name
         if events & Event.EDGE_TRIGGERED and not mechanism.supports_edge_triggering:
-            raise error(f"Backend {name} does not support Event.EDGE_TRIGGERED", ErrorCode.NOSUPPORT)
+            raise error(
+                f"Backend {name} does not support Event.EDGE_TRIGGERED", ErrorCode.NOSUPPORT
+            )
         if events & Event.PRIORITY and not mechanism.supports_priority:
             raise error(f"Backend {name} does not support Event.PRIORITY", ErrorCode.NOSUPPORT)
 
