@@ -49,10 +49,13 @@ def test_spec_6_10_etime_is_timeout() -> None:
     assert code_for_errno(errno.ETIME) is ErrorCode.TIMEOUT
 
 
-def test_spec_6_10_epoll_eperm_is_nosupport_with_the_errno(tmp_path: object) -> None:
-    with iopoll.Context(Backend.EPOLL) as ctx, open(__file__, "rb") as regular:
-        with pytest.raises(iopoll.FailedHandleAddError) as caught:
-            ctx.add(regular, Event.READ)
+def test_spec_6_10_epoll_eperm_is_nosupport_with_the_errno() -> None:
+    with (
+        iopoll.Context(Backend.EPOLL) as ctx,
+        open(__file__, "rb") as regular,
+        pytest.raises(iopoll.FailedHandleAddError) as caught,
+    ):
+        ctx.add(regular, Event.READ)
     assert caught.value.code is ErrorCode.NOSUPPORT
     assert caught.value.errno == errno.EPERM
     assert isinstance(caught.value, OSError)

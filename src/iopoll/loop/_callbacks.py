@@ -88,7 +88,12 @@ def stream_fd(stream: object) -> int:
 
 
 class Callback:
-    """One registered callback: its id, function and state flags."""
+    """One registered callback: its id, function and state flags.
+
+    ``invokable``: a queued callback runs only while it is set.  A defer is invokable from
+    the start (it reaches the run queue only in the next tick); the other kinds become so
+    when the tick activates them.
+    """
 
     __slots__ = ("id", "fn", "enabled", "referenced", "invokable")
 
@@ -97,7 +102,7 @@ class Callback:
         self.fn = fn
         self.enabled = True
         self.referenced = True
-        self.invokable = False
+        self.invokable = True
 
     @property
     def type(self) -> CallbackType:
@@ -139,6 +144,7 @@ class StreamCallback(Callback):
         self, callback_id: str, fn: Callable[..., Any], stream: Any, fd: int, writable: bool
     ) -> None:
         Callback.__init__(self, callback_id, fn)
+        self.invokable = False
         self.stream = stream
         self.fd = fd
         self.writable = writable
@@ -157,6 +163,7 @@ class SignalCallback(Callback):
 
     def __init__(self, callback_id: str, fn: Callable[..., Any], signum: int) -> None:
         Callback.__init__(self, callback_id, fn)
+        self.invokable = False
         self.signum = signum
 
     @property

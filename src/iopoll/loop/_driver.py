@@ -66,7 +66,9 @@ class AbstractDriver(Driver):
         self._id_prefix = ""
         self._id_index = 0
         self._enable_queue: dict[str, Callback] = {}
-        self._enable_defer_queue: dict[str, Callback] = {}
+        # Deferred callbacks for the next tick.  A disabled one stays here, not invokable; an
+        # enable() gives a defer a fresh record, so a stale record never runs.
+        self._defers: list[Callback] = []
         self._microtasks: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._queue: deque[Callback] = deque()
         self._live = 0  # enabled and referenced callbacks: run() goes on while > 0
@@ -126,9 +128,8 @@ class AbstractDriver(Driver):
             index = self._carry()
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
-        callback = Callback(callback_id, fn)
-        self._callbacks[callback_id] = callback
-        self._enable_defer_queue[callback_id] = callback
+        callback = self._callbacks[callback_id] = Callback(callback_id, fn)
+        self._defers.append(callback)
         self._live += 1
         return callback_id
 
@@ -198,12 +199,15 @@ class AbstractDriver(Driver):
             raise InvalidCallbackError.invalid_identifier(callback_id)
         if callback.enabled:
             return callback_id
-        callback.enabled = True
         if callback.referenced:
             self._live += 1
         if type(callback) is Callback:
-            self._enable_defer_queue[callback_id] = callback
+            # A fresh record: the old one may still sit in this tick's queue, not invokable.
+            fresh = self._callbacks[callback_id] = Callback(callback_id, callback.fn)
+            fresh.referenced = callback.referenced
+            self._defers.append(fresh)
         else:
+            callback.enabled = True
             if type(callback) is TimerCallback:
                 callback.expiration = self._now() + callback.interval
             self._enable_queue[callback_id] = callback
@@ -217,9 +221,7 @@ class AbstractDriver(Driver):
         callback.invokable = False
         if callback.referenced:
             self._live -= 1
-        if type(callback) is Callback:
-            self._enable_defer_queue.pop(callback_id, None)
-        elif self._enable_queue.pop(callback_id, None) is None:
+        if type(callback) is not Callback and self._enable_queue.pop(callback_id, None) is None:
             self._deactivate(callback)
         return callback_id
 
@@ -354,19 +356,17 @@ class AbstractDriver(Driver):
         if enable_queue:
             self._enable_queue = {}
             self._activate(enable_queue.values())
-        defer_queue = self._enable_defer_queue
-        if defer_queue:
-            self._enable_defer_queue = {}
-            for callback in defer_queue.values():
-                callback.invokable = True
-            self._queue.extend(defer_queue.values())
+        defers = self._defers
+        if defers:
+            self._defers = []
+            self._queue.extend(defers)
             self._idle = False
         blocking = previous_idle and not self._stopped and self._live > 0
         if blocking:
             self._drain()
             if (
                 self._enable_queue
-                or self._enable_defer_queue
+                or self._defers
                 or self._stopped
                 or self._interrupt is not None
                 or not self._live
