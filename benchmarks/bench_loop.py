@@ -31,7 +31,7 @@ from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
 try:
     import uvloop
 except ImportError:  # pragma: no cover
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 
 def timed(fn: Callable[[], None], ops: int) -> float:
@@ -110,7 +110,11 @@ def loop_suspend(make: Callable[[], Driver], n: int) -> float:
     def cb(cid: str) -> None:
         for _ in range(n):
             suspension = d.get_suspension()
-            d.defer(lambda c, s=suspension: s.resume())
+
+            def wake(c: str, s: Any = suspension) -> None:
+                s.resume()
+
+            d.defer(wake)
             suspension.suspend()
 
     def body() -> None:
@@ -314,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         ("I/O register+cancel", lambda m: loop_register(m, n), lambda m: aio_register(m, n)),
         ("suspend/resume", lambda m: loop_suspend(m, n), lambda m: aio_suspend(m, n)),
     ]
-    for idle in (0, 100, 1000):
-        rows.append(
-            (
-                f"round trips, {idle} idle",
-                lambda m, k=idle: loop_round_trips(m, trips, k),
-                lambda m, k=idle: aio_round_trips(m, trips, k),
-            )
+    def trips_row(idle: int) -> tuple[str, Callable[[Any], float], Callable[[Any], float]]:
+        return (
+            f"round trips, {idle} idle",
+            lambda m: loop_round_trips(m, trips, idle),
+            lambda m: aio_round_trips(m, trips, idle),
         )
+
+    rows.extend(trips_row(idle) for idle in (0, 100, 1000))
 
     columns = [*drivers, *loops]
     print(

@@ -196,6 +196,59 @@ def test_one_watcher_per_fd_with_recomputed_events(driver: IoPollDriver) -> None
     b.close()
 
 
+@pytest.mark.parametrize("make", DRIVERS)
+def test_queued_defer_disabled_and_reenabled_runs_once_next_tick(make: Any) -> None:
+    # The defer is already in this tick's queue when it is toggled: the toggle moves it to
+    # the next tick (it must neither run now nor run twice).
+    d = make()
+    log: list[str] = []
+    target: list[str] = []
+
+    def first(cid: str) -> None:
+        log.append("first")
+        d.disable(target[0])
+        d.enable(target[0])
+        d.defer(lambda c: log.append("later"))
+
+    d.defer(first)
+    target.append(d.defer(lambda c: log.append("target")))
+    d.defer(lambda c: log.append("sibling"))
+    d.run()
+    assert log == ["first", "sibling", "target", "later"]
+    assert d.get_identifiers() == []
+
+
+@pytest.mark.parametrize("make", DRIVERS)
+def test_timer_toggled_before_activation_runs_once_after_its_sibling(make: Any) -> None:
+    # Re-enabling moves a timer behind the timers enabled before it (Revolt's enable queue).
+    d = make()
+    log: list[str] = []
+    first = d.delay(0, lambda c: log.append("first"))
+    d.delay(0, lambda c: log.append("second"))
+    d.disable(first)
+    d.enable(first)
+    d.disable(first)
+    d.enable(first)
+    d.run()
+    assert log == ["second", "first"]
+
+
+@pytest.mark.parametrize("make", DRIVERS)
+def test_reenabled_defer_keeps_its_reference_state_and_place(make: Any) -> None:
+    d = make()
+    log: list[str] = []
+    deferred = d.defer(lambda c: log.append("deferred"))
+    kept = d.delay(0, lambda c: log.append("delay"))
+    d.disable(deferred)
+    d.unreference(deferred)
+    d.enable(deferred)
+    assert d.get_identifiers() == [deferred, kept]
+    assert d.is_enabled(deferred) and not d.is_referenced(deferred)
+    d.run()  # the delay keeps the loop alive for one tick: the defer runs in it
+    assert log == ["deferred", "delay"]
+    assert d.get_identifiers() == []
+
+
 # -- factory and facade ------------------------------------------------------------------
 
 
@@ -481,3 +534,18 @@ def test_without_greenlet_suspension_is_unsupported(monkeypatch: pytest.MonkeyPa
     d.defer(lambda cid: log.append("plain"))
     d.run()  # callbacks run without greenlet too
     assert log == ["plain"]
+
+
+def test_callbacks_cancelled_before_a_tick_do_not_pile_up(driver: IoPollDriver) -> None:
+    # Cancelled before any tick, their queue entries are dropped in batches, not kept.
+    a, b = socket.socketpair()
+    for _ in range(10_000):
+        driver.cancel(driver.on_readable(a, lambda cid, s: None))
+        driver.cancel(driver.defer(lambda cid: None))
+    assert len(driver._enable_queue) + len(driver._defers) <= 2 * 1025
+    kept = driver.defer(lambda cid: driver.stop())
+    assert driver.get_identifiers() == [kept]
+    driver.run()
+    assert driver.get_identifiers() == []
+    a.close()
+    b.close()

@@ -95,19 +95,30 @@ class Callback:
     when the tick activates them.
     """
 
-    __slots__ = ("id", "fn", "enabled", "referenced", "invokable")
+    __slots__ = ("id", "fn", "enabled", "referenced", "invokable", "queued")
 
-    def __init__(self, callback_id: str, fn: Callable[..., Any]) -> None:
-        self.id = callback_id
-        self.fn = fn
-        self.enabled = True
-        self.referenced = True
-        self.invokable = True
+    # No __init__: a defer record is filled in by ``new_defer()`` (inlined in ``defer()``),
+    # which skips the cost of an __init__ call; the subclasses set every slot in theirs.
+    id: str
+    fn: Callable[..., Any]
+    enabled: bool
+    referenced: bool
+    invokable: bool
+    queued: int  # entries in the driver's enable queue (not used by defers)
 
     @property
     def type(self) -> CallbackType:
         """What kind of callback this is."""
         return CallbackType.DEFER
+
+
+def new_defer(callback_id: str, fn: Callable[..., Any]) -> Callback:
+    """A defer record: enabled, referenced and invokable."""
+    callback = Callback()
+    callback.id = callback_id
+    callback.fn = fn
+    callback.enabled = callback.referenced = callback.invokable = True
+    return callback
 
 
 class TimerCallback(Callback):
@@ -124,6 +135,7 @@ class TimerCallback(Callback):
         self.enabled = True
         self.referenced = True
         self.invokable = False
+        self.queued = 1
         self.interval = interval
         self.expiration = now + interval
         self.entry: tuple[float, int, TimerCallback] | None = None
@@ -143,8 +155,11 @@ class StreamCallback(Callback):
     def __init__(
         self, callback_id: str, fn: Callable[..., Any], stream: Any, fd: int, writable: bool
     ) -> None:
-        Callback.__init__(self, callback_id, fn)
+        self.id = callback_id
+        self.fn = fn
+        self.enabled = self.referenced = True
         self.invokable = False
+        self.queued = 1
         self.stream = stream
         self.fd = fd
         self.writable = writable
@@ -162,8 +177,11 @@ class SignalCallback(Callback):
     __slots__ = ("signum",)
 
     def __init__(self, callback_id: str, fn: Callable[..., Any], signum: int) -> None:
-        Callback.__init__(self, callback_id, fn)
+        self.id = callback_id
+        self.fn = fn
+        self.enabled = self.referenced = True
         self.invokable = False
+        self.queued = 1
         self.signum = signum
 
     @property

@@ -54,6 +54,7 @@ class IoPollDriver(AbstractDriver):
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         super().__init__()
         self._context = Context(backend)
+        self._wait = self._context._wait
         self._fallback: Context | None = None
         self._fallback_count = 0  # fds in the fallback context: they make every wait a poll
         self._registered = 0  # fds with a watcher in either context
@@ -118,11 +119,17 @@ class IoPollDriver(AbstractDriver):
         if self._fallback_count:
             assert self._fallback is not None
             ready = self._context.wait(0) + self._fallback.wait(0)
-        elif timeout is None and not self._registered:
-            time.sleep(MAX_WAIT)  # nothing can wake us but a timer-less eternity
+        elif not self._registered:
+            # No fd to wait for: a zero timeout needs no system call at all.
+            if timeout is None:
+                time.sleep(MAX_WAIT)  # nothing can wake us but a timer-less eternity
+            elif timeout:
+                time.sleep(timeout)
             return
+        elif timeout is None:
+            ready = self._context.wait()
         else:
-            ready = self._context.wait(timeout)
+            ready = self._wait(timeout, 0, None)  # wait(timeout) less one call
         if not ready:
             return
         queue = self._queue

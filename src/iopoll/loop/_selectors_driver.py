@@ -87,8 +87,11 @@ class SelectorsDriver(AbstractDriver):
         if self._fallback_count:
             assert self._fallback is not None
             ready = self._selector.select(0) + self._fallback.select(0)
-        elif timeout is None and not self._registered:
-            time.sleep(MAX_WAIT)
+        elif not self._registered:
+            if timeout is None:
+                time.sleep(MAX_WAIT)
+            elif timeout:
+                time.sleep(timeout)
             return
         else:
             ready = self._selector.select(timeout)

@@ -43,6 +43,7 @@ def suspension_for(driver: AbstractDriver) -> Suspension:
         raise UnsupportedFeatureError(
             "Suspensions need the greenlet package: pip install 'iopoll[greenlet]'"
         )
+    driver._getcurrent = module.getcurrent
     current = module.getcurrent()
     if current.parent is None:
         suspension = driver._main_suspension
@@ -60,11 +61,21 @@ def suspension_for(driver: AbstractDriver) -> Suspension:
 class Suspension:
     """Suspends the greenlet it belongs to until ``resume()`` or ``throw()`` is called."""
 
-    __slots__ = ("_driver", "_greenlet", "_main", "_pending", "_value", "_error", "_dead")
+    __slots__ = (
+        "_driver",
+        "_greenlet",
+        "_getcurrent",
+        "_main",
+        "_pending",
+        "_value",
+        "_error",
+        "_dead",
+    )
 
     def __init__(self, driver: AbstractDriver, owner: Any, *, main: bool) -> None:
         self._driver = driver
         self._greenlet = weakref.ref(owner)
+        self._getcurrent: Any = greenlet_module().getcurrent  # type: ignore[union-attr]
         self._main = main
         self._pending = False
         self._value: Any = None
@@ -79,8 +90,7 @@ class Suspension:
         if self._pending:
             raise RuntimeError("Must call resume() or throw() before calling suspend() again")
         owner = self._greenlet()
-        module: Any = greenlet_module()
-        if owner is None or module.getcurrent() is not owner:
+        if owner is None or self._getcurrent() is not owner:
             raise RuntimeError("Must not call suspend() from another greenlet")
         if self._dead:
             raise RuntimeError("Suspension is dead: the event loop ended without resuming it")
@@ -141,8 +151,9 @@ class Suspension:
         owner = self._greenlet()
         if owner is None or owner.dead:
             return
-        module: Any = greenlet_module()
-        owner.parent = module.getcurrent()  # come back here when it suspends or ends
+        current = self._getcurrent()
+        if owner.parent is not current:
+            owner.parent = current  # come back here when it suspends or ends
         owner.switch()
 
     def __repr__(self) -> str:

@@ -1,0 +1,373 @@
+"""``CallbackRegistry``: the callbacks of a driver, their ids and life cycle, and activation.
+
+The state every driver keeps (see ``_driver.py`` for the tick and the run loop that use it):
+the records by id, the queues of what was deferred or enabled since the last tick, the timer
+heap, the per-fd entries, the signal maps.  A callback becomes active (enters the timer heap,
+its fd entry or its signal's map) in the tick after it was enabled, and leaves at once when
+disabled.  ``defer()`` and ``delay()`` are hot paths: their helpers are inlined there.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from ._base import Driver, ErrorHandler
+from ._callbacks import (
+    _CO_ASYNC,
+    _LETTERS,
+    Callback,
+    FdEntry,
+    SignalCallback,
+    StreamCallback,
+    TimerCallback,
+    check_callback,
+    check_seconds,
+    new_defer,
+    next_id,
+    stream_fd,
+)
+from ._errors import CallbackType, InvalidCallbackError
+from ._signals import SignalState
+
+if TYPE_CHECKING:
+    import socket
+
+    from ._suspension import Suspension
+
+__all__ = ["CallbackRegistry"]
+
+
+def _no_greenlet() -> Any:
+    raise RuntimeError("greenlet is not in use")
+
+
+class CallbackRegistry(Driver):
+    """Ids, records, enable queues, activation and introspection; see the module doc."""
+
+    def __init__(self) -> None:
+        self._callbacks: dict[str, Callback] = {}
+        # Ids run a, b, .. z, aa, ab .. (PHP's string increment): prefix + _LETTERS[index].
+        self._id_prefix = ""
+        self._id_index = 0
+        # Callbacks (not defers) to activate in the next tick.  A list, not a dict keyed by id:
+        # disable() leaves its entry here (activation skips what is disabled) and enable()
+        # appends one more; ``queued`` counts a record's entries, the last one activates it.
+        self._enable_queue: list[Callback] = []
+        # Deferred callbacks for the next tick.  A disabled one stays here, not invokable; an
+        # enable() gives a defer a fresh record, so a stale record never runs.
+        self._defers: list[Callback] = []
+        self._microtasks: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._queue: deque[Callback] = deque()
+        self._live = 0  # enabled and referenced callbacks: run() goes on while > 0
+        self._idle = False
+        self._stopped = False
+        self._running = False
+        self._interrupt: Any = None  # an exception for run(), or a resumed main Suspension
+        self._error_handler: ErrorHandler | None = None
+        self._timers: list[tuple[float, int, TimerCallback]] = []
+        self._timer_seq = itertools.count()
+        self._dead_timers = 0
+        self._stale_queued = 0  # entries of disabled callbacks in _defers and _enable_queue
+        self._entries: dict[int, FdEntry] = {}
+        self._signals: SignalState | None = None
+        self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
+        self._loop_greenlet: Any = None
+        self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
+        self._main_suspension: Suspension | None = None
+        self._last_suspension: Suspension | None = None
+        self._getcurrent: Callable[[], Any] = _no_greenlet
+
+    # -- backend hooks ----------------------------------------------------------------------
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    def _io_update(self, entry: FdEntry, old: int, new: int) -> None:
+        raise NotImplementedError
+
+    def _poll(self, timeout: float | None) -> None:
+        raise NotImplementedError
+
+    def _watch_wakeup(self, sock: socket.socket | None) -> None:
+        raise NotImplementedError
+
+    # -- registration -------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        index = self._id_index
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        return self._id_prefix + _LETTERS[index]
+
+    def _carry(self) -> int:
+        self._id_prefix = next_id(self._id_prefix) if self._id_prefix else "a"
+        return 0
+
+    def queue(self, fn: Callable[..., None], /, *args: Any) -> None:
+        check_callback(fn, "fn")
+        self._microtasks.append((fn, args))
+
+    def defer(self, fn: Callable[[str], None]) -> str:
+        try:
+            if fn.__code__.co_flags & _CO_ASYNC:
+                check_callback(fn)  # raises
+        except AttributeError:
+            check_callback(fn)  # not a function: the general check
+        index = self._id_index  # _new_id(), inlined on the hot paths
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        callback_id = self._id_prefix + _LETTERS[index]
+        # new_defer(), inlined
+        callback = self._callbacks[callback_id] = Callback()
+        callback.id = callback_id
+        callback.fn = fn
+        callback.enabled = callback.referenced = callback.invokable = True
+        self._defers.append(callback)
+        self._live += 1
+        return callback_id
+
+    def _add_timer(self, seconds: float, fn: Callable[[str], None], repeat: bool) -> str:
+        index = self._id_index  # _new_id(), inlined on the hot paths
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        callback_id = self._id_prefix + _LETTERS[index]
+        callback = TimerCallback(callback_id, fn, seconds, self._now(), repeat)
+        self._callbacks[callback_id] = callback
+        self._enable_queue.append(callback)
+        self._live += 1
+        return callback_id
+
+    def delay(self, seconds: float, fn: Callable[[str], None]) -> str:
+        if type(seconds) is not float or not seconds >= 0:
+            seconds = check_seconds(seconds, "seconds")
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_flags & _CO_ASYNC:
+            check_callback(fn)
+        return self._add_timer(seconds, fn, False)
+
+    def repeat(self, interval: float, fn: Callable[[str], None]) -> str:
+        interval = check_seconds(interval, "interval")
+        check_callback(fn)
+        return self._add_timer(interval, fn, True)
+
+    def _add_stream(self, stream: Any, fn: Callable[[str, Any], None], writable: bool) -> str:
+        fd = stream_fd(stream)
+        check_callback(fn)
+        index = self._id_index  # _new_id(), inlined on the hot paths
+        if index == 26:
+            index = self._carry()
+        self._id_index = index + 1
+        callback_id = self._id_prefix + _LETTERS[index]
+        callback = StreamCallback(callback_id, fn, stream, fd, writable)
+        self._callbacks[callback_id] = callback
+        self._enable_queue.append(callback)
+        self._live += 1
+        return callback_id
+
+    def on_readable(self, stream: Any, fn: Callable[[str, Any], None]) -> str:
+        return self._add_stream(stream, fn, False)
+
+    def on_writable(self, stream: Any, fn: Callable[[str, Any], None]) -> str:
+        return self._add_stream(stream, fn, True)
+
+    def on_signal(self, signum: int, fn: Callable[[str, int], None]) -> str:
+        signum = SignalState.check_signum(signum)
+        check_callback(fn)
+        if self._signals is None:
+            self._signals = SignalState(self._watch_wakeup)
+        self._signals.add(signum)
+        callback_id = self._new_id()
+        callback = SignalCallback(callback_id, fn, signum)
+        self._callbacks[callback_id] = callback
+        self._enable_queue.append(callback)
+        self._live += 1
+        return callback_id
+
+    # -- life cycle of a callback ---------------------------------------------------------------
+
+    def enable(self, callback_id: str) -> str:
+        callback = self._callbacks.get(callback_id)
+        if callback is None:
+            raise InvalidCallbackError.invalid_identifier(callback_id)
+        if callback.enabled:
+            return callback_id
+        if callback.referenced:
+            self._live += 1
+        if type(callback) is Callback:
+            # A fresh record: the old one may still sit in this tick's queue, not invokable.
+            fresh = self._callbacks[callback_id] = new_defer(callback_id, callback.fn)
+            fresh.referenced = callback.referenced
+            self._defers.append(fresh)
+        else:
+            callback.enabled = True
+            if type(callback) is TimerCallback:
+                callback.expiration = self._now() + callback.interval
+            callback.queued += 1
+            self._enable_queue.append(callback)
+        return callback_id
+
+    def disable(self, callback_id: str) -> str:
+        callback = self._callbacks.get(callback_id)
+        if callback is None or not callback.enabled:
+            return callback_id
+        callback.enabled = False
+        callback.invokable = False
+        if callback.referenced:
+            self._live -= 1
+        if type(callback) is Callback or callback.queued:
+            # Its queue entry stays until the next tick; many registrations disabled before
+            # one (a loop not run yet) must not pile up.
+            stale = self._stale_queued = self._stale_queued + 1
+            if stale > 1024 and stale * 2 > len(self._defers) + len(self._enable_queue):
+                self._compact_queues()
+        else:
+            self._deactivate(callback)  # active: leave the heap, fd entry or signal map
+        return callback_id
+
+    def _compact_queues(self) -> None:
+        """Drop the entries of disabled callbacks from the defer and enable queues."""
+        self._stale_queued = 0
+        self._defers = [callback for callback in self._defers if callback.invokable]
+        kept = []
+        for callback in self._enable_queue:
+            if callback.enabled:
+                kept.append(callback)
+            else:
+                callback.queued = 0  # enable() queues it afresh
+        self._enable_queue = kept
+
+    def cancel(self, callback_id: str) -> None:
+        self.disable(callback_id)
+        callback = self._callbacks.pop(callback_id, None)
+        if type(callback) is SignalCallback and self._signals is not None:
+            self._signals.remove(callback.signum)
+
+    def reference(self, callback_id: str) -> str:
+        callback = self._callbacks.get(callback_id)
+        if callback is None:
+            raise InvalidCallbackError.invalid_identifier(callback_id)
+        if not callback.referenced:
+            callback.referenced = True
+            if callback.enabled:
+                self._live += 1
+        return callback_id
+
+    def unreference(self, callback_id: str) -> str:
+        callback = self._callbacks.get(callback_id)
+        if callback is not None and callback.referenced:
+            callback.referenced = False
+            if callback.enabled:
+                self._live -= 1
+        return callback_id
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def _get(self, callback_id: str) -> Callback:
+        callback = self._callbacks.get(callback_id)
+        if callback is None:
+            raise InvalidCallbackError.invalid_identifier(callback_id)
+        return callback
+
+    def get_identifiers(self) -> list[str]:
+        return list(self._callbacks)
+
+    def get_type(self, callback_id: str) -> CallbackType:
+        return self._get(callback_id).type
+
+    def is_enabled(self, callback_id: str) -> bool:
+        return self._get(callback_id).enabled
+
+    def is_referenced(self, callback_id: str) -> bool:
+        return self._get(callback_id).referenced
+
+    def set_error_handler(self, handler: ErrorHandler | None) -> ErrorHandler | None:
+        if handler is not None:
+            check_callback(handler, "handler")
+        previous, self._error_handler = self._error_handler, handler
+        return previous
+
+    def get_error_handler(self) -> ErrorHandler | None:
+        return self._error_handler
+
+    def is_running(self) -> bool:
+        return self._running
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    # -- activation ------------------------------------------------------------------------------
+
+    def _activate(self, callbacks: Iterable[Callback]) -> None:
+        timers = self._timers
+        seq = self._timer_seq
+        for callback in callbacks:
+            queued = callback.queued = callback.queued - 1
+            if queued or not callback.enabled:
+                continue  # a later entry activates it, or it was disabled since
+            callback.invokable = True
+            kind = type(callback)
+            if kind is TimerCallback:
+                timer = cast(TimerCallback, callback)
+                entry = (timer.expiration, next(seq), timer)
+                timer.entry = entry
+                heapq.heappush(timers, entry)
+            elif isinstance(callback, StreamCallback):
+                self._activate_stream(callback)
+            elif isinstance(callback, SignalCallback):
+                callbacks_for = self._signal_callbacks.setdefault(callback.signum, {})
+                callbacks_for[callback.id] = callback
+
+    def _activate_stream(self, callback: StreamCallback) -> None:
+        entry = self._entries.get(callback.fd)
+        if entry is not None and not entry.alive():
+            # The stream that registered this fd was closed and the number reused: its
+            # callbacks can never fire again; the new stream gets a registration of its own.
+            del self._entries[entry.fd]
+            self._io_update(entry, entry.events, 0)
+            entry.events = 0
+            entry = None
+        if entry is None:
+            entry = self._entries[callback.fd] = FdEntry(callback.fd, callback.stream)
+        (entry.writers if callback.writable else entry.readers)[callback.id] = callback
+        callback.entry = entry
+        self._update_entry(entry)
+
+    def _update_entry(self, entry: FdEntry) -> None:
+        old, new = entry.events, entry.wanted()
+        if old == new:
+            return
+        entry.events = new
+        if self._entries.get(entry.fd) is not entry:
+            return  # an orphan (its stream was closed): it holds no OS registration
+        if not new:
+            del self._entries[entry.fd]
+        self._io_update(entry, old, new)
+
+    def _deactivate(self, callback: Callback) -> None:
+        kind = type(callback)
+        if kind is TimerCallback:
+            if callback.entry is not None:  # type: ignore[attr-defined]
+                callback.entry = None  # type: ignore[attr-defined]
+                self._dead_timers += 1
+                if self._dead_timers > 64 and self._dead_timers * 2 > len(self._timers):
+                    self._timers = [item for item in self._timers if item[2].entry is item]
+                    heapq.heapify(self._timers)
+                    self._dead_timers = 0
+        elif kind is StreamCallback:
+            entry = callback.entry  # type: ignore[attr-defined]
+            if entry is not None:
+                callback.entry = None  # type: ignore[attr-defined]
+                del (entry.writers if callback.writable else entry.readers)[callback.id]  # type: ignore[attr-defined]
+                self._update_entry(entry)
+        elif kind is SignalCallback:
+            callbacks = self._signal_callbacks.get(callback.signum)  # type: ignore[attr-defined]
+            if callbacks is not None:
+                callbacks.pop(callback.id, None)
