@@ -55,7 +55,6 @@ def _os_batch(limit: int, registered: int) -> int:
     return min(limit, registered) if registered else 1
 
 # Float timeouts below this skip the full validation in wait() (NaN and negatives never do).
-_FAST_TIMEOUT_LIMIT = 1e9
 
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
@@ -247,8 +246,7 @@ class Context(_Uncopyable):
         mechanism = self._usable
         watchers = self._watchers
         if (
-            timeout is None
-            and max_events is None
+            max_events is None
             and type(microseconds) is int
             and not microseconds
             and mechanism is not None
@@ -256,13 +254,21 @@ class Context(_Uncopyable):
             and not self._buffered
             and not self._leftovers
         ):
-            # The hot path of an event loop: block until something is ready, no limit.
-            # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL) leave
-            # this loop for _collect; what it did so far is only setting _triggered again.
+            # The hot path of an event loop: no limit, and either no timeout or a plain
+            # float one that a single OS call can wait.
+            if timeout is None:
+                seconds = started = FOREVER
+            elif type(timeout) is float and 0.0 <= timeout <= mechanism.max_timeout:
+                seconds = timeout
+                started = time.monotonic() if timeout else 0.0
+            else:
+                return self._wait(timeout, microseconds, max_events)
             try:
-                raw = mechanism.poll(FOREVER, len(watchers))
+                raw = mechanism.poll(seconds, len(watchers))
             except OSError as exc:
                 raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+            # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL) leave
+            # this loop for _collect; what it did so far is only setting _triggered again.
             decode = mechanism.decode
             invalid_fd_bit = mechanism.invalid_fd_bit
             ready: list[Watcher] = []
@@ -278,7 +284,7 @@ class Context(_Uncopyable):
             except (KeyError, OSError, ValueError):  # no watcher; a closed file's fileno()
                 pass
             ready = self._collect(mechanism, raw, MAX_EVENTS_LIMIT)
-            return ready if ready else self._wait(None, 0, None)
+            return self._wait_on(ready, seconds, started, max_events)
         return self._wait(timeout, microseconds, max_events)
 
     def _wait(
@@ -291,17 +297,7 @@ class Context(_Uncopyable):
         mechanism = self._usable
         if mechanism is None:
             self._raise_unusable(FailedPollWaitError)
-        if timeout is None and type(microseconds) is int and microseconds == 0:
-            seconds = FOREVER
-        elif (
-            type(timeout) is float
-            and 0.0 <= timeout < _FAST_TIMEOUT_LIMIT
-            and type(microseconds) is int
-            and microseconds == 0
-        ):
-            seconds = timeout  # event loops' hot path: a plain finite float needs no more checks
-        else:
-            seconds = timeout_seconds(timeout, microseconds)
+        seconds = timeout_seconds(timeout, microseconds)
         limit = MAX_EVENTS_LIMIT if max_events is None else check_max_events(max_events)
 
         if not self._watchers:
@@ -313,10 +309,10 @@ class Context(_Uncopyable):
                 seconds = deadline - time.monotonic()
             return []
         started = time.monotonic() if seconds > 0 else 0.0
-        if self._buffered or self._leftovers or (seconds > 0 and seconds > mechanism.max_timeout):
+        if self._buffered or self._leftovers or seconds > mechanism.max_timeout:
             ready = self._wait_slowly(mechanism, seconds, limit)
         else:
-            registered = len(self._watchers)  # not 0 here: what _os_batch() says, inline
+            registered = len(self._watchers)
             try:
                 raw = mechanism.poll(seconds, registered if registered < limit else limit)
             except OSError as exc:
@@ -324,10 +320,18 @@ class Context(_Uncopyable):
             if not raw:
                 return []
             ready = self._collect(mechanism, raw, limit)
+        return self._wait_on(ready, seconds, started, max_events)
+
+    def _wait_on(
+        self, ready: list[Watcher], seconds: float, started: float, max_events: int | None
+    ) -> list[Watcher]:
+        """Return ``ready``, or keep waiting if every report was about a retired watcher.
+
+        (A closed stream seen through a dup, a reused fd number, or select()'s EBADF is no
+        reason to return early.)
+        """
         if ready or seconds == 0:
             return ready
-        # Every report was about a retired watcher (a closed stream seen through a dup, a
-        # reused fd number, or select()'s EBADF): no reason to return early, wait on.
         if seconds > 0:
             seconds -= time.monotonic() - started
             if seconds <= 0:

@@ -54,7 +54,6 @@ class IoPollDriver(AbstractDriver):
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         super().__init__()
         self._context = Context(backend)
-        self._wait = self._context._wait
         self._fallback: Context | None = None
         self._fallback_count = 0  # fds in the fallback context: they make every wait a poll
         self._registered = 0  # fds with a watcher in either context
@@ -126,10 +125,8 @@ class IoPollDriver(AbstractDriver):
             elif timeout:
                 time.sleep(timeout)
             return
-        elif timeout is None:
-            ready = self._context.wait()
         else:
-            ready = self._wait(timeout, 0, None)  # wait(timeout) less one call
+            ready = self._context.wait(timeout)
         if not ready:
             return
         queue = self._queue
