@@ -191,11 +191,13 @@ class IoPollSelector(selectors.BaseSelector):
             raise RuntimeError("Selector is closed")
         if fd in self._fd_to_key:
             raise KeyError(f"{fileobj!r} (FD {fd}) is already registered")
+        key = SelectorKey(fileobj, fd, events, data)
         try:
-            self._watchers[fd] = self._context.add(fd, _TO_EVENT[events], fd)
+            # The key is the watcher's data: select() finds it without a lookup.
+            self._watchers[fd] = self._context.add(fd, _TO_EVENT[events], key)
         except FailedPollOperationError as exc:
             raise _as_os_error(exc) from exc
-        key = self._fd_to_key[fd] = SelectorKey(fileobj, fd, events, data)
+        self._fd_to_key[fd] = key
         return key
 
     def unregister(self, fileobj: _FileObj) -> SelectorKey:
@@ -220,10 +222,11 @@ class IoPollSelector(selectors.BaseSelector):
         key = self._fd_to_key[fd]
         if events != key.events:
             _check_events(events)
+            key = SelectorKey(key.fileobj, fd, events, data)
             try:
-                self._watchers[fd].modify_events(_TO_EVENT[events])
+                self._watchers[fd].modify(_TO_EVENT[events], key)
             except InactiveWatcherError:
-                self._rearm(fd, events)
+                self._rearm(key)
             except BaseException as exc:
                 self.unregister(fileobj)
                 if isinstance(exc, FailedPollOperationError):
@@ -231,13 +234,20 @@ class IoPollSelector(selectors.BaseSelector):
                 raise
         elif data is key.data:
             return key
-        key = self._fd_to_key[fd] = SelectorKey(key.fileobj, fd, events, data)
+        else:
+            key = key._replace(data=data)
+            try:
+                self._watchers[fd].modify_data(key)
+            except InactiveWatcherError:
+                self._rearm(key)
+        self._fd_to_key[fd] = key
         return key
 
-    def _rearm(self, fd: int, events: int) -> None:
+    def _rearm(self, key: SelectorKey) -> None:
         # The Context dropped this fd (reported closed); register it afresh, or give up.
+        fd = key.fd
         try:
-            self._watchers[fd] = self._context.add(fd, _TO_EVENT[events], fd)
+            self._watchers[fd] = self._context.add(fd, _TO_EVENT[key.events], key)
         except FailedPollOperationError as exc:
             del self._fd_to_key[fd], self._watchers[fd]
             raise _as_os_error(exc) from exc
@@ -263,13 +273,13 @@ class IoPollSelector(selectors.BaseSelector):
             raise RuntimeError("Selector is closed") from None
         if not ready:
             return []
-        fd_to_key = self._fd_to_key
         fold = _FOLD
         result: list[tuple[SelectorKey, int]] = []
         append = result.append
         for watcher in ready:
-            key = fd_to_key[watcher.data]
-            append((key, fold[watcher.triggered_events] & key.events))
+            # The engine's slots rather than the properties: this is asyncio's hot path.
+            key: SelectorKey = watcher._data
+            append((key, fold[watcher._triggered] & key.events))
         return result
 
     def close(self) -> None:
