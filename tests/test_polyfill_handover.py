@@ -19,27 +19,10 @@ import pytest
 
 import iopoll
 import iopoll_polyfill
+from iopoll_conformance.support import SPEC_NAMES
 
 # The names of SPEC section 1, identical in iopoll and iopoll_polyfill.
-SECTION_1 = [
-    "Context",
-    "Watcher",
-    "Handle",
-    "StreamPollHandle",
-    "Event",
-    "Backend",
-    "ErrorCode",
-    "PollError",
-    "FailedPollOperationError",
-    "FailedContextInitializationError",
-    "FailedHandleAddError",
-    "FailedWatcherModificationError",
-    "FailedPollWaitError",
-    "BackendUnavailableError",
-    "InactiveWatcherError",
-    "HandleAlreadyWatchedError",
-    "InvalidHandleError",
-]
+SECTION_1 = list(SPEC_NAMES)
 
 HAS_NATIVE = iopoll.Backend.AUTO.resolve() is not iopoll.Backend.SELECT
 

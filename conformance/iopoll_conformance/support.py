@@ -12,6 +12,27 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+# The names every implementation exposes (SPEC section 1).
+SPEC_NAMES = (
+    "Context",
+    "Watcher",
+    "Handle",
+    "StreamPollHandle",
+    "Event",
+    "Backend",
+    "ErrorCode",
+    "PollError",
+    "FailedPollOperationError",
+    "FailedContextInitializationError",
+    "FailedHandleAddError",
+    "FailedWatcherModificationError",
+    "FailedPollWaitError",
+    "BackendUnavailableError",
+    "InactiveWatcherError",
+    "HandleAlreadyWatchedError",
+    "InvalidHandleError",
+)
+
 
 @dataclass(frozen=True)
 class Capabilities:
