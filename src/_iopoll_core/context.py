@@ -54,7 +54,6 @@ def _os_batch(limit: int, registered: int) -> int:
     # ready.  (-1 would mean epoll's default of FD_SETSIZE - 1, cutting "as many as ready".)
     return min(limit, registered) if registered else 1
 
-# Float timeouts below this skip the full validation in wait() (NaN and negatives never do).
 
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
@@ -64,7 +63,6 @@ def _forget_contexts_after_fork() -> None:
     # parent's registrations, so every inherited context becomes unusable here.
     for context in list(_contexts):
         context._usable = None
-        context._forked = True
 
 
 if hasattr(os, "register_at_fork"):
@@ -89,7 +87,6 @@ class Context(_Uncopyable):
         "_backend",
         "_mechanism",
         "_usable",
-        "_forked",
         "_closed",
         "_self_ref",
         "_watchers",
@@ -131,7 +128,6 @@ class Context(_Uncopyable):
             ) from exc
         self._backend = backend.resolve()
         self._mechanism = self._usable = mechanism
-        self._forked = False
         self._closed = False
         self._self_ref = weakref.ref(self)
         self._watchers = {}
@@ -345,7 +341,9 @@ class Context(_Uncopyable):
     ) -> list[Watcher]:
         """Turn the OS's ``(fd, bits)`` pairs into watchers, updating their state.
 
-        This is the hot path: it allocates only the list it returns.
+        Every case is handled here: registrations with no watcher, closed streams, POLLNVAL,
+        one-shots and the ``max_events`` cut.  ``wait()`` inlines the common case and falls
+        back to this.  It allocates only the list it returns.
         """
         watchers = self._watchers
         decode = mechanism.decode
