@@ -13,14 +13,11 @@ other projects' tests that happen to use a fixture called ``backend``.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-from .support import Capabilities, socketpair, tcp_pair
 
 # Rule group modules (iopoll_conformance.groups.<module>) and how the summary names them,
 # in the order the summary lists them.
@@ -115,44 +112,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     )
     backends = selected_backends(api, chosen)
     metafunc.parametrize("backend", backends, ids=[b.name for b in backends], scope="class")
-
-
-@pytest.fixture
-def api(request: pytest.FixtureRequest) -> ModuleType:
-    """The implementation module under test."""
-    return _import_implementation(implementation_name(request.config, request.cls))
-
-
-@pytest.fixture
-def caps(api: ModuleType, backend: Any) -> Capabilities:
-    """What the backend under test supports."""
-    return Capabilities.discover(api, backend)
-
-
-@pytest.fixture
-def ctx(api: ModuleType, backend: Any) -> Iterator[Any]:
-    """A fresh Context on the backend under test, closed afterwards."""
-    context = api.Context(backend)
-    yield context
-    context.close()
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[Any, Any]]:
-    """A non-blocking AF_UNIX socketpair, closed afterwards."""
-    a, b = socketpair()
-    yield a, b
-    a.close()
-    b.close()
-
-
-@pytest.fixture
-def tcp() -> Iterator[tuple[Any, Any]]:
-    """A connected non-blocking loopback TCP pair (client, server), closed afterwards."""
-    client, server = tcp_pair()
-    yield client, server
-    client.close()
-    server.close()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .fixtures import SuiteFixtures
 from .groups.add import AddRules
 from .groups.backends import BackendRules
 from .groups.buffered import BufferedRules
@@ -18,6 +19,7 @@ from .groups.wait import WaitRules
 
 
 class ConformanceSuite(
+    SuiteFixtures,
     BackendRules,
     HandleRules,
     AddRules,
