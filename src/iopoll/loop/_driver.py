@@ -239,6 +239,7 @@ class AbstractDriver(CallbackRegistry):
         self._getcurrent().parent.switch(interrupt)
 
     def run(self) -> None:
+        """Run ticks until ``stop()``, or until no enabled, referenced callback is left."""
         if self._running:
             raise RuntimeError("The event loop is already running")
         if greenlet_module() is None:
@@ -271,6 +272,7 @@ class AbstractDriver(CallbackRegistry):
             self._running = False
 
     def get_suspension(self) -> Suspension:
+        """The suspension of the current greenlet (needs the ``greenlet`` package)."""
         # The last one handed out, while its greenlet asks again: a callback that suspends
         # in a loop asks once per iteration.
         suspension = self._last_suspension

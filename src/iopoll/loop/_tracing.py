@@ -195,3 +195,11 @@ class TracingDriver(Driver):
 
     def __repr__(self) -> str:
         return f"<TracingDriver of {self._driver!r}>"
+
+
+# The methods that only forward to the wrapped driver (and record) do what the contract
+# says: they carry the contract's docstrings rather than a second copy of them.
+for _name, _method in list(vars(TracingDriver).items()):
+    if callable(_method) and not _name.startswith("_") and not _method.__doc__:
+        _method.__doc__ = getattr(Driver, _name).__doc__
+del _name, _method
