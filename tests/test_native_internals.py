@@ -174,3 +174,150 @@ def test_backends_this_platform_lacks_are_unavailable(backend: Backend) -> None:
     assert backend not in Backend.available_backends()
     with pytest.raises(iopoll.BackendUnavailableError, match=backend.name):
         iopoll.Context(backend)
+
+
+def _fallback_context() -> object:
+    import iopoll_polyfill.fallback
+
+    return iopoll_polyfill.fallback.Context()
+
+
+ALL_CONTEXTS = [
+    *(pytest.param(lambda b=b: iopoll.Context(b), id=b.name) for b in Backend.available_backends()),
+    pytest.param(_fallback_context, id="fallback"),
+]
+
+
+@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
+@pytest.mark.parametrize("timeout", [None, 5, 5.0], ids=["none", "int", "float"])
+def test_pep_475_a_handlers_oserror_leaves_wait_unchanged(
+    make_context: object, timeout: object
+) -> None:
+    """An OSError subclass raised by a signal handler is not the backend's failure."""
+    import signal
+
+    if isinstance(timeout, float) and make_context is _fallback_context:
+        pytest.skip("the polyfill takes whole seconds")
+    a, b = socket.socketpair()
+
+    def deadline(signum: int, frame: object) -> None:
+        raise TimeoutError("deadline from the handler")
+
+    previous = signal.signal(signal.SIGALRM, deadline)
+    try:
+        with make_context() as ctx:  # type: ignore[operator]
+            ctx.add(b, Event.READ)
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            with pytest.raises(TimeoutError, match="deadline from the handler") as caught:
+                ctx.wait(timeout)
+            assert type(caught.value) is TimeoutError
+            assert caught.value.__cause__ is None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        a.close()
+        b.close()
+
+
+def test_select_tells_its_own_ebadf_from_a_handlers() -> None:
+    """select() fails with EBADF for a closed fd; a handler raising OSError(EBADF) is not that."""
+    import signal
+
+    a, b = socket.socketpair()
+
+    def handler(signum: int, frame: object) -> None:
+        raise OSError(errno.EBADF, "the handler's own EBADF")
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        with iopoll.Context(Backend.SELECT) as ctx:
+            ctx.add(b, Event.READ)
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            with pytest.raises(OSError, match="the handler's own EBADF"):
+                ctx.wait(2.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        a.close()
+        b.close()
+
+
+def test_rebuild_refused_by_the_os_is_a_failed_add_with_toobig() -> None:
+    """Re-adding a reused fd number rebuilds the epoll object; EMFILE then is TOOBIG."""
+    a, b = socket.socketpair()
+    with iopoll.Context(Backend.EPOLL) as ctx:
+        ctx.add(a, Event.READ)
+        number = a.fileno()
+        a.close()  # without remove()
+        c, d = socket.socketpair()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        hog: list[int] = []
+        try:
+            if c.fileno() != number:
+                pytest.skip("the fd number was not reused")
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(64, d.fileno() + 1), hard))
+            try:
+                while True:
+                    hog.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+            with pytest.raises(iopoll.FailedHandleAddError) as caught:
+                ctx.add(c, Event.READ)
+            assert caught.value.code is ErrorCode.TOOBIG
+        finally:
+            for fd in hog:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            c.close()
+            d.close()
+            b.close()
+
+
+@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
+def test_a_timeout_too_long_for_a_float_still_sleeps(make_context: object) -> None:
+    """SPEC 4: a positive timeout sleeps it, however large (here: longer than a float says)."""
+    import threading
+
+    with make_context() as ctx:  # type: ignore[operator]
+        finished = threading.Event()
+        thread = threading.Thread(target=lambda: (ctx.wait(10**400), finished.set()), daemon=True)
+        thread.start()
+        assert not finished.wait(0.3)  # still sleeping, as asked
+
+
+def test_modify_events_forgets_bits_kept_for_the_old_events() -> None:
+    """A one-shot left out by max_events (EPOLL disarmed it in the kernel) keeps its READ
+    bits for the next wait; once re-armed for WRITE only, READ must not come back."""
+    from iopoll_conformance.support import tls_pair
+
+    tls = [tls_pair() for _ in range(2)]
+    plain = [socket.socketpair() for _ in range(2)]
+    try:
+        with iopoll.Context(Backend.EPOLL) as ctx:
+            for i, (client, server) in enumerate(tls):
+                ctx.add(client, Event.READ, f"tls{i}")
+                server.sendall(b"x" * 100)
+                time.sleep(0.05)
+                client.setblocking(True)
+                client.recv(1)  # 99 bytes stay in the SSL object, the fd is idle
+                client.setblocking(False)
+                assert client.pending() == 99
+            oneshots = [
+                ctx.add(a, Event.READ | Event.ONESHOT, f"oneshot{i}")
+                for i, (a, _) in enumerate(plain)
+            ]
+            for _, b in plain:
+                b.send(b"!")
+            seen = [w for _ in range(2) for w in ctx.wait(0, 0, 1)]
+            late = next(w for w in oneshots if w not in seen)
+            late.handle.stream.recv(10)  # type: ignore[attr-defined]
+            late.modify_events(Event.WRITE | Event.ONESHOT)
+            reports = {w.data: w.triggered_events for w in ctx.wait(0, 0, 4)}
+            assert reports[late.data] == Event.WRITE
+    finally:
+        for client, server in tls:
+            client.close()
+            server.close()
+        for a, b in plain:
+            a.close()
+            b.close()

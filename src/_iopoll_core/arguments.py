@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from datetime import timedelta
 
 __all__ = ["MAX_EVENTS_LIMIT", "check_max_events", "timeout_seconds"]
@@ -42,8 +43,8 @@ def timeout_seconds(timeout: object, microseconds: object = 0) -> float:
             raise ValueError(f"timeout must not be negative, not {timeout}")
         try:
             seconds = float(timeout)
-        except OverflowError:  # longer than a float can say: as good as forever
-            return FOREVER
+        except OverflowError:  # longer than a float can say: the longest one can
+            seconds = sys.float_info.max
     elif isinstance(timeout, float):
         if math.isnan(timeout):
             raise ValueError("timeout must be a number of seconds, not NaN")

@@ -41,6 +41,7 @@ from .errors import (
     PollError,
     Refusal,
     code_for_errno,
+    raised_by_backend,
 )
 from .events import ErrorCode, Event, coerce_events
 from .handles import Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
@@ -211,9 +212,9 @@ class Context(_Uncopyable):
             if _alive(existing):
                 raise HandleAlreadyWatchedError(f"Handle already added (fd {fd})")
             self._retire(existing)
-        if fd in self._stale_fds:
-            mechanism = self._rebuild()
         try:
+            if fd in self._stale_fds:
+                mechanism = self._rebuild()
             mechanism.register(fd, wanted)
         except (OSError, Refusal) as exc:
             raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
@@ -262,6 +263,8 @@ class Context(_Uncopyable):
             try:
                 raw = mechanism.poll(seconds, len(watchers))
             except OSError as exc:
+                if not raised_by_backend(exc):
+                    raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
                 raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL) leave
             # this loop for _collect; what it did so far is only setting _triggered again.
@@ -312,6 +315,8 @@ class Context(_Uncopyable):
             try:
                 raw = mechanism.poll(seconds, registered if registered < limit else limit)
             except OSError as exc:
+                if not raised_by_backend(exc):
+                    raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
                 raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
             if not raw:
                 return []
@@ -381,15 +386,20 @@ class Context(_Uncopyable):
                     mechanism.disarm(fd)
             ready.append(watcher)
         if found_stale:
-            self._rebuild()
+            try:
+                self._rebuild()
+            except OSError as exc:  # no fd left for a new epoll object (EMFILE)
+                raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
         return ready
 
     @staticmethod
     def _kept_bits(mechanism: Mechanism, watcher: Watcher, bits: int) -> int:
-        # A level report comes back from the OS by itself; an edge, or a one-shot the OS
-        # already disarmed, would be lost, so its bits are kept for the next wait.
-        if watcher._events & Event.EDGE_TRIGGERED or (
-            watcher._oneshot and mechanism.disarms_reported_oneshots
+        # A level report comes back from the OS by itself; an edge, a one-shot the OS
+        # already disarmed, or an invalid fd (reported once) would be lost: keep their bits.
+        if (
+            watcher._events & Event.EDGE_TRIGGERED
+            or bits & mechanism.invalid_fd_bit
+            or (watcher._oneshot and mechanism.disarms_reported_oneshots)
         ):
             return bits
         return 0
@@ -479,6 +489,8 @@ class Context(_Uncopyable):
                 if raw:
                     return raw
         except OSError as exc:
+            if not raised_by_backend(exc):
+                raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
             raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
 
     def _leftovers_first(self, raw: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -565,6 +577,8 @@ class Context(_Uncopyable):
         watcher._events = wanted
         watcher._oneshot = bool(wanted & Event.ONESHOT)
         watcher._armed = True
+        # Bits kept from before speak of the old events; the OS reports the new ones.
+        self._leftovers.pop(watcher._fd, None)
 
     def _remove(self, watcher: Watcher) -> None:
         mechanism = self._usable_mechanism(FailedWatcherModificationError)

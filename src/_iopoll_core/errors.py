@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno as errno_module
+import os
 
 from .events import ErrorCode
 
@@ -19,6 +20,7 @@ __all__ = [
     "PollError",
     "Refusal",
     "code_for_errno",
+    "raised_by_backend",
 ]
 
 
@@ -123,3 +125,24 @@ def code_for_errno(number: int | None) -> ErrorCode:
     if number is None:
         return ErrorCode.SYSTEM
     return ERRNO_CODES.get(number, ErrorCode.SYSTEM)
+
+
+# The engine and the native backends: frames from anywhere else are the caller's code.
+_PACKAGE_DIRS = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "iopoll") + os.sep,
+)
+
+
+def raised_by_backend(exc: BaseException) -> bool:
+    """Whether ``exc`` came from the OS call itself, not from a signal handler run during it.
+
+    PEP 475: a handler's exception leaves ``wait()`` unchanged, so only an error whose
+    traceback stays inside iopoll's own code is the backend's to report.
+    """
+    frame = exc.__traceback__
+    while frame is not None:
+        if not frame.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
+            return False
+        frame = frame.tb_next
+    return True

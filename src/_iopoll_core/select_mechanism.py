@@ -35,7 +35,7 @@ import time
 from typing import ClassVar
 
 from .backend import Mechanism
-from .errors import Refusal
+from .errors import Refusal, raised_by_backend
 from .events import DecodeTable, ErrorCode, Event
 
 __all__ = ["FD_SETSIZE", "SelectMechanism"]
@@ -200,7 +200,7 @@ class SelectMechanism(Mechanism):
                     readers, writers, (), None if timeout < 0 else timeout
                 )
             except OSError as exc:
-                if exc.errno != errno.EBADF:
+                if exc.errno != errno.EBADF or not raised_by_backend(exc):
                     raise
                 invalid = self._invalid_fds()
                 if not invalid:
