@@ -45,25 +45,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ..support import socketpair
+from ..support import SPEC_NAMES, socketpair
 
 REFERENCE = "iopoll_polyfill.fallback"
 SLOTS = 3
 _CHUNK = 65536
 
-# SPEC section 1's exceptions, most derived first, and the plain argument errors.
-_SPEC_ERRORS = (
-    "FailedContextInitializationError",
-    "FailedHandleAddError",
-    "FailedWatcherModificationError",
-    "FailedPollWaitError",
-    "BackendUnavailableError",
-    "InactiveWatcherError",
-    "HandleAlreadyWatchedError",
-    "InvalidHandleError",
-    "FailedPollOperationError",
-    "PollError",
-)
+# The plain argument errors SPEC section 1 refers to.
 _BUILTIN_ERRORS = ("TypeError", "ValueError")
 
 # Bad wait() arguments on which SPEC gives both the same error (floats excluded: the
@@ -100,9 +88,10 @@ def event_names(event: Any) -> frozenset[str]:
 
 def spec_error_name(api: ModuleType, exc: BaseException) -> str:
     """The most specific SPEC (or builtin) exception name ``exc`` is an instance of."""
-    for name in _SPEC_ERRORS:
-        cls = getattr(api, name, None)
-        if isinstance(cls, type) and isinstance(exc, cls):
+    spec_classes = {id(getattr(api, name)): name for name in SPEC_NAMES if hasattr(api, name)}
+    for cls in type(exc).__mro__:  # most derived first
+        name = spec_classes.get(id(cls))
+        if name is not None:
             return name
     for name in _BUILTIN_ERRORS:
         if isinstance(exc, getattr(builtins, name)):
