@@ -51,13 +51,15 @@ def test_roundtrip_module_prints_every_column_and_row() -> None:
     assert rows[0][1].endswith("(1.00x)")
     titles = header[1:]
     for title, cell in zip(titles, rows[1][1:], strict=True):
-        if title in ("select.select", "iopoll SELECT", "polyfill"):
+        if title in ("select.select", "select + FIONREAD", "iopoll SELECT", "polyfill"):
             assert cell == "n/a (FD_SETSIZE)"
         else:
             assert "/s (" in cell, (title, cell)
     targets = [line for line in output.splitlines() if line.startswith("target ")]
     assert len(targets) == 4
     assert "SKIP" in targets[2]  # flatness needs N=0 and N=10,000
+    floor = [line for line in output.splitlines() if line.startswith("floor: ")]
+    assert len(floor) == 1 and "x bare select at N=0" in floor[0], floor
 
 
 def test_roundtrip_script_runs_from_the_repo_root() -> None:
@@ -118,3 +120,16 @@ def test_targets_pass_and_fail_on_the_stated_thresholds() -> None:
     assert "0.80x at N=100" in checks[3][1]
     rates[100, ours], rates[10_000, ours], rates[100, polyfill] = 95.0, 90.0, 48.0
     assert [met for met, _ in roundtrip.targets(made_up(rates))] == [True, True, True, True]
+
+
+def test_floor_note_reads_the_polyfill_against_select_plus_fionread() -> None:
+    select_, floor, polyfill = roundtrip.BARE_SELECT, roundtrip.SELECT_FIONREAD, roundtrip.POLYFILL
+    rates = {
+        (0, select_): 100.0, (0, floor): 85.0, (0, polyfill): 68.0,
+        (100, select_): 50.0, (100, floor): 45.0, (100, polyfill): 40.0,
+    }
+    (note,) = roundtrip.floor_notes(made_up(rates))
+    assert "is 0.85x bare select at N=0" in note
+    assert "the polyfill is 0.80x that floor at N=0" in note
+    del rates[0, floor], rates[100, floor]
+    assert roundtrip.floor_notes(made_up(rates)) == []

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
@@ -43,7 +43,7 @@ from .errors import (
     code_for_errno,
     raised_by_backend,
 )
-from .events import ErrorCode, Event, coerce_events
+from .events import DecodeTable, ErrorCode, Event, coerce_events, decode_bits
 from .handles import Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
 from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
@@ -64,6 +64,7 @@ def _forget_contexts_after_fork() -> None:
     # parent's registrations, so every inherited context becomes unusable here.
     for context in list(_contexts):
         context._usable = None
+        context._refresh_fast_path()
 
 
 if hasattr(os, "register_at_fork"):
@@ -88,6 +89,9 @@ class Context(_Uncopyable):
         "_backend",
         "_mechanism",
         "_usable",
+        "_fast_poll",
+        "_decode",
+        "_max_timeout",
         "_closed",
         "_self_ref",
         "_watchers",
@@ -103,6 +107,11 @@ class Context(_Uncopyable):
     _backend: BackendBase
     _mechanism: Mechanism | None  # None once closed
     _usable: Mechanism | None  # None once closed, or in a forked child
+    # The mechanism's poll while wait() may take its fast path: usable, and no buffered
+    # bytes or leftovers to merge.  None sends every wait() down the general path.
+    _fast_poll: Callable[[float, int], list[tuple[int, int]]] | None
+    _decode: DecodeTable
+    _max_timeout: float
     _watchers: dict[int, Watcher]
     _buffered: dict[int, Watcher]  # watchers whose stream can hold bytes (pending())
     _stale_fds: set[int]  # fds the OS may still hold registrations for
@@ -135,6 +144,9 @@ class Context(_Uncopyable):
         self._buffered = {}
         self._stale_fds = set()
         self._leftovers = {}
+        self._decode = mechanism.decode
+        self._max_timeout = mechanism.max_timeout
+        self._refresh_fast_path()
         _contexts.add(self)
 
     # -- public API -------------------------------------------------------------------
@@ -170,6 +182,7 @@ class Context(_Uncopyable):
         self._buffered.clear()
         self._leftovers.clear()
         mechanism, self._mechanism, self._usable = self._mechanism, None, None
+        self._refresh_fast_path()
         if mechanism is not None:
             mechanism.close()
 
@@ -223,6 +236,7 @@ class Context(_Uncopyable):
         self._watchers[fd] = watcher
         if callable(getattr(getattr(handle, "stream", None), "pending", None)):
             self._buffered[fd] = watcher
+            self._refresh_fast_path()
         return watcher
 
     def wait(
@@ -240,41 +254,35 @@ class Context(_Uncopyable):
         A context holding only fired one-shot watchers has nothing that can become ready:
         ``wait(None)`` then blocks until a signal handler raises.
         """
-        mechanism = self._usable
+        poll = self._fast_poll
         watchers = self._watchers
-        if (
-            max_events is None
-            and type(microseconds) is int
-            and not microseconds
-            and mechanism is not None
-            and watchers
-            and not self._buffered
-            and not self._leftovers
-        ):
-            # The hot path of an event loop: no limit, and either no timeout or a plain
-            # float one that a single OS call can wait.
+        if poll is not None and max_events is None and microseconds == 0 and watchers:
+            # The hot path of an event loop: no limit, nothing buffered or left over, and
+            # either no timeout or a plain float one that a single OS call can wait.
             if timeout is None:
                 seconds = started = FOREVER
-            elif type(timeout) is float and 0.0 <= timeout <= mechanism.max_timeout:
+            elif type(timeout) is float and 0.0 <= timeout <= self._max_timeout:
                 seconds = timeout
                 started = time.monotonic() if timeout else 0.0
             else:
                 return self._wait(timeout, microseconds, max_events)
+            if type(microseconds) is not int:  # 0.0 or False: let _wait() refuse it
+                return self._wait(timeout, microseconds, max_events)
             try:
-                raw = mechanism.poll(seconds, len(watchers))
+                raw = poll(seconds, len(watchers))
             except OSError as exc:
                 if not raised_by_backend(exc):
                     raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
                 raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
-            # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL) leave
-            # this loop for _collect; what it did so far is only setting _triggered again.
-            decode = mechanism.decode
-            invalid_fd_bit = mechanism.invalid_fd_bit
+            # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which
+            # is missing from the decode table) leave this loop for _collect; what it did
+            # so far is only setting _triggered, which _collect sets again.
+            decode = self._decode
             ready: list[Watcher] = []
             try:
                 for fd, bits in raw:
                     watcher = watchers[fd]
-                    if watcher._oneshot or bits & invalid_fd_bit or watcher._probe() != fd:
+                    if watcher._oneshot or watcher._probe() != fd:
                         break
                     watcher._triggered = decode[bits]
                     ready.append(watcher)
@@ -282,6 +290,7 @@ class Context(_Uncopyable):
                     return ready
             except (KeyError, OSError, ValueError):  # no watcher; a closed file's fileno()
                 pass
+            mechanism = self._usable_mechanism(FailedPollWaitError)
             ready = self._collect(mechanism, raw, MAX_EVENTS_LIMIT)
             return self._wait_on(ready, seconds, started, max_events)
         return self._wait(timeout, microseconds, max_events)
@@ -321,6 +330,8 @@ class Context(_Uncopyable):
             if not raw:
                 return []
             ready = self._collect(mechanism, raw, limit)
+        # Leftovers and buffered watchers come and go here: the fast path may apply again.
+        self._refresh_fast_path()
         return self._wait_on(ready, seconds, started, max_events)
 
     def _wait_on(
@@ -376,14 +387,16 @@ class Context(_Uncopyable):
             if cut and len(ready) == limit:
                 self._leftovers[fd] = self._kept_bits(mechanism, watcher, bits)
                 continue
-            watcher._triggered = decode[bits]
             if bits & invalid_fd_bit:
                 # Closed behind the handle's back (POLLNVAL): report it this once only.
+                watcher._triggered = Event.ERROR
                 self._retire(watcher)
-            elif watcher._oneshot:
-                watcher._armed = False
-                if not mechanism.disarms_reported_oneshots:
-                    mechanism.disarm(fd)
+            else:
+                watcher._triggered = decode_bits(decode, bits)
+                if watcher._oneshot:
+                    watcher._armed = False
+                    if not mechanism.disarms_reported_oneshots:
+                        mechanism.disarm(fd)
             ready.append(watcher)
         if found_stale:
             try:
@@ -507,6 +520,18 @@ class Context(_Uncopyable):
 
     # -- watcher bookkeeping ------------------------------------------------------------
 
+    def _refresh_fast_path(self) -> None:
+        """Let wait() take its fast path, unless something needs the general one.
+
+        Called wherever the usable mechanism, the buffered watchers or the leftovers change:
+        close, fork, rebuild, add, modify, remove, retire, and each general wait.
+        """
+        mechanism = self._usable
+        if mechanism is None or self._buffered or self._leftovers:
+            self._fast_poll = None
+        else:
+            self._fast_poll = mechanism.poll
+
     def _check_alive(self, watcher: Watcher) -> bool:
         """Whether the watcher's stream is still open; retires it if not."""
         if watcher._state != ACTIVE:
@@ -525,6 +550,7 @@ class Context(_Uncopyable):
         del self._watchers[fd]
         self._buffered.pop(fd, None)
         self._leftovers.pop(fd, None)
+        self._refresh_fast_path()
         mechanism = self._usable
         if mechanism is not None and not mechanism.unregister(fd):
             self._stale_fds.add(fd)
@@ -551,6 +577,7 @@ class Context(_Uncopyable):
         self._mechanism = self._usable = fresh
         self._stale_fds.clear()
         self._leftovers.clear()
+        self._refresh_fast_path()
         return fresh
 
     def _disarm(self, watcher: Watcher) -> None:
@@ -579,6 +606,7 @@ class Context(_Uncopyable):
         watcher._armed = True
         # Bits kept from before speak of the old events; the OS reports the new ones.
         self._leftovers.pop(watcher._fd, None)
+        self._refresh_fast_path()
 
     def _remove(self, watcher: Watcher) -> None:
         mechanism = self._usable_mechanism(FailedWatcherModificationError)
@@ -589,6 +617,7 @@ class Context(_Uncopyable):
         del self._watchers[fd]
         self._buffered.pop(fd, None)
         self._leftovers.pop(fd, None)
+        self._refresh_fast_path()
         if not mechanism.unregister(fd):
             self._stale_fds.add(fd)
 

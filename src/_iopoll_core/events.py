@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-__all__ = ["ErrorCode", "Event", "DecodeTable", "coerce_events"]
+__all__ = ["ErrorCode", "Event", "DecodeTable", "coerce_events", "decode_bits", "decode_table"]
 
 
 class Event(enum.IntFlag):
@@ -64,24 +64,41 @@ MODES = Event.ONESHOT | Event.EDGE_TRIGGERED
 NO_EVENTS = Event(0)
 
 
-class DecodeTable(dict[int, Event]):
-    """Maps a backend's raw readiness bits to an ``Event``, built lazily and cached.
+# Raw readiness bits of one backend -> ``Event``.
+DecodeTable = dict[int, Event]
 
-    ``wait()`` does one dict lookup per reported fd; building an ``Event`` from an int is
-    about a microsecond, so each distinct bit pattern is converted only once.
+
+def decode_table(pairs: Iterable[tuple[int, Event]]) -> DecodeTable:
+    """Map every combination of the raw bits in ``pairs`` to its ``Event``.
+
+    Built once per backend: ``wait()`` decodes each report with one lookup in a plain dict
+    (an ``Event`` built from an int costs about a microsecond).  A pattern holding any other
+    bit (POLLNVAL, say) is missing on purpose, so that the hot path falls back to the
+    general one, which treats such reports with care.
     """
-
-    def __init__(self, pairs: Iterable[tuple[int, Event]]) -> None:
-        super().__init__()
-        self._pairs = tuple(pairs)
-
-    def __missing__(self, raw: int) -> Event:
-        value = 0
-        for bit, event in self._pairs:
-            if raw & bit:
+    pairs = [(bit, event) for bit, event in pairs if bit]  # absent flags are 0
+    bits = 0
+    for bit, _ in pairs:
+        bits |= bit
+    table: DecodeTable = {}
+    pattern = bits
+    while True:  # every subset of ``bits``, down to 0
+        value = Event(0)
+        for bit, event in pairs:
+            if pattern & bit:
                 value |= event
-        self[raw] = Event(value)
-        return self[raw]
+        table[pattern] = value
+        if not pattern:
+            return table
+        pattern = (pattern - 1) & bits
+
+
+def decode_bits(table: DecodeTable, bits: int) -> Event:
+    """``table[bits]``, leaving out bits the table does not name (another OS's extras)."""
+    event = table.get(bits)
+    if event is None:
+        event = table[bits & max(table)]  # the largest pattern is every named bit
+    return event
 
 
 def coerce_events(events: object, argument: str = "events") -> Event:

@@ -36,7 +36,7 @@ from typing import ClassVar
 
 from .backend import Mechanism
 from .errors import Refusal, raised_by_backend
-from .events import DecodeTable, ErrorCode, Event
+from .events import DecodeTable, ErrorCode, Event, decode_table
 
 __all__ = ["FD_SETSIZE", "SelectMechanism"]
 
@@ -132,13 +132,12 @@ class SelectMechanism(Mechanism):
 
     max_timeout: ClassVar[float] = 2_147_483.0
     invalid_fd_bit: ClassVar[int] = _INVALID
-    decode: ClassVar[DecodeTable] = DecodeTable(
+    decode: ClassVar[DecodeTable] = decode_table(
         [
             (_READ, Event.READ),
             (_WRITE, Event.WRITE),
             (_ERROR, Event.ERROR),
             (_HANGUP, Event.HANGUP),
-            (_INVALID, Event.ERROR),
         ]
     )
 

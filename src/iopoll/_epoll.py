@@ -19,7 +19,7 @@ import select
 from typing import ClassVar
 
 from _iopoll_core.backend import Mechanism
-from _iopoll_core.events import DecodeTable, ErrorCode, Event
+from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table
 
 __all__ = ["EpollMechanism"]
 
@@ -54,7 +54,7 @@ class EpollMechanism(Mechanism):
     # epoll_wait takes an int of milliseconds.
     max_timeout: ClassVar[float] = 2_147_483.0
     errno_codes: ClassVar[dict[int, ErrorCode]] = {errno.EPERM: ErrorCode.NOSUPPORT}
-    decode: ClassVar[DecodeTable] = DecodeTable(
+    decode: ClassVar[DecodeTable] = decode_table(
         [
             (select.EPOLLIN, Event.READ),
             (select.EPOLLOUT, Event.WRITE),

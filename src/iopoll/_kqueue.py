@@ -17,7 +17,7 @@ import select
 from typing import Any, ClassVar
 
 from _iopoll_core.backend import Mechanism
-from _iopoll_core.events import DecodeTable, Event
+from _iopoll_core.events import DecodeTable, Event, decode_table
 
 __all__ = ["KqueueMechanism", "filter_changes", "readiness", "merge_kevents"]
 
@@ -81,7 +81,7 @@ class KqueueMechanism(Mechanism):
 
     supports_edge_triggering: ClassVar[bool] = True
     max_timeout: ClassVar[float] = 2_147_483.0
-    decode: ClassVar[DecodeTable] = DecodeTable(
+    decode: ClassVar[DecodeTable] = decode_table(
         [(bit.value, bit) for bit in (Event.READ, Event.WRITE, Event.ERROR, Event.HANGUP)]
     )
 

@@ -14,7 +14,7 @@ import sys
 from typing import ClassVar
 
 from _iopoll_core.backend import Mechanism
-from _iopoll_core.events import DecodeTable, Event
+from _iopoll_core.events import DecodeTable, Event, decode_table
 
 __all__ = ["PollMechanism"]
 
@@ -45,7 +45,7 @@ class PollMechanism(Mechanism):
     supports_read_hangup: ClassVar[bool] = bool(_POLLRDHUP)
     invalid_fd_bit: ClassVar[int] = select.POLLNVAL
     max_timeout: ClassVar[float] = 2_147_483.0
-    decode: ClassVar[DecodeTable] = DecodeTable(
+    decode: ClassVar[DecodeTable] = decode_table(
         [
             (select.POLLIN, Event.READ),
             (select.POLLOUT, Event.WRITE),
@@ -53,7 +53,6 @@ class PollMechanism(Mechanism):
             (select.POLLHUP, Event.HANGUP),
             (_POLLRDHUP, Event.READ_HANGUP),
             (select.POLLPRI, Event.PRIORITY),
-            (select.POLLNVAL, Event.ERROR),
         ]
     )
 
