@@ -59,7 +59,8 @@ def test_roundtrip_module_prints_every_column_and_row() -> None:
     assert len(targets) == 4
     assert "SKIP" in targets[2]  # flatness needs N=0 and N=10,000
     floor = [line for line in output.splitlines() if line.startswith("floor: ")]
-    assert len(floor) == 1 and "x bare select at N=0" in floor[0], floor
+    assert len(floor) == 2, floor
+    assert "x bare epoll at N=" in floor[0] and "x bare select at N=0" in floor[1], floor
 
 
 def test_roundtrip_script_runs_from_the_repo_root() -> None:
@@ -131,5 +132,13 @@ def test_floor_note_reads_the_polyfill_against_select_plus_fionread() -> None:
     (note,) = roundtrip.floor_notes(made_up(rates))
     assert "is 0.85x bare select at N=0" in note
     assert "the polyfill is 0.80x that floor at N=0" in note
-    del rates[0, floor], rates[100, floor]
+    epoll, python_floor, ours = (
+        roundtrip.BARE_EPOLL, roundtrip.EPOLL_PYTHON_FLOOR, roundtrip.IOPOLL_EPOLL
+    )
+    rates.update({(0, epoll): 100.0, (0, python_floor): 90.0, (0, ours): 87.0})
+    epoll_note, select_note = roundtrip.floor_notes(made_up(rates))
+    assert "is 0.90x bare epoll at N=0" in epoll_note
+    assert "iopoll EPOLL is 0.97x that floor at N=0" in epoll_note
+    assert select_note == note
+    del rates[0, floor], rates[100, floor], rates[0, python_floor]
     assert roundtrip.floor_notes(made_up(rates)) == []
