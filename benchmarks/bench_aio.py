@@ -24,6 +24,12 @@ MESSAGE = b"x" * 1024
 LOOPS = ("asyncio", "iopoll.aio", "uvloop")
 
 
+def _wait_language() -> str:
+    import iopoll._backend
+
+    return "C" if iopoll._backend.ACCELERATED else "pure Python"
+
+
 def _loop_factory(name: str) -> Any:
     if name == "asyncio":
         return asyncio.SelectorEventLoop
@@ -212,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"TCP echo, 1 KiB messages, best of {args.repeats} x {duration:g} s per cell, "
         f"client on {_client_loop()}, "
-        f"Python {sys.version.split()[0]}"
+        f"Python {sys.version.split()[0]}, iopoll's wait() in {_wait_language()}"
     )
     header = f"{'clients':>8} " + " ".join(f"{name + ' req/s':>18}" for name in columns)
     header += " " + " ".join(f"{name + ' ratio':>18}" for name in columns[1:])

@@ -483,6 +483,12 @@ def format_targets(results: Results) -> str:
     return "\n".join(f"target {words[met]}: {text}" for met, text in targets(results))
 
 
+def _wait_language() -> str:
+    import iopoll._backend
+
+    return "C" if iopoll._backend.ACCELERATED else "pure Python"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -522,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"Round trips per second over an AF_UNIX socketpair ({count:,} round trips, best of "
         f"{args.repeats}; ratio to the bare select.epoll loop). Python {sys.version.split()[0]}, "
-        f"{sys.platform}."
+        f"{sys.platform}; iopoll's wait() in {_wait_language()}."
     )
     print()
     print(format_table(results))

@@ -4,7 +4,9 @@
 ``timeout`` None or a float, no ``microseconds``, no ``max_events``.  The conformance suite
 waits with whole seconds (the form the polyfill takes), which always takes the general path,
 so these tests make the same points through the fast forms: a state the fast path ignored
-would lose a report, report a closed stream, or touch the parent's epoll after a fork.
+would lose a report, report a closed stream, or touch the parent's epoll after a fork.  Each
+runs on ``iopoll.Context`` (the C fast path, when ``iopoll._speedups`` was built) and on
+``pure_iopoll.Context`` (the pure-Python one).
 """
 
 from __future__ import annotations
@@ -17,23 +19,36 @@ from typing import Any
 import pytest
 
 import iopoll
+import pure_iopoll
 from iopoll import Backend, Event
 from iopoll_conformance.groups._helpers_a import in_child
 from iopoll_conformance.support import tls_pair
 
 BACKENDS = Backend.available_backends()
-# The forms of wait() the fast path serves (a 50 ms float, a zero float, no timeout).
+# The forms of wait() the fast path serves (a 50 ms float, zero, no timeout).
 FAST_WAITS: list[Any] = [
     pytest.param(lambda ctx: ctx.wait(0.05), id="float"),
     pytest.param(lambda ctx: ctx.wait(0.0), id="zero"),
+    pytest.param(lambda ctx: ctx.wait(0, 0), id="int"),
     pytest.param(lambda ctx: ctx.wait(), id="none"),
 ]
 Wait = Callable[[iopoll.Context], list[iopoll.Watcher]]
 
 
+CONTEXTS = [
+    pytest.param(iopoll.Context, id="iopoll"),
+    pytest.param(pure_iopoll.Context, id="pure"),
+]
+
+
+@pytest.fixture(params=CONTEXTS)
+def context_type(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
 @pytest.fixture(params=BACKENDS, ids=lambda b: b.name)
-def ctx(request: pytest.FixtureRequest) -> Any:
-    with iopoll.Context(request.param) as context:
+def ctx(request: pytest.FixtureRequest, context_type: Any) -> Any:
+    with context_type(request.param) as context:
         yield context
 
 
@@ -43,6 +58,23 @@ def _pairs(count: int) -> list[tuple[socket.socket, socket.socket]]:
         for sock in pair:
             sock.setblocking(False)
     return pairs
+
+
+@pytest.mark.parametrize("fast_wait", FAST_WAITS)
+def test_a_one_shot_fires_once_through_fast_waits(ctx: iopoll.Context, fast_wait: Wait) -> None:
+    a, b = socket.socketpair()
+    try:
+        watcher = ctx.add(b, Event.READ | Event.ONESHOT, "b")
+        a.send(b"x")
+        assert fast_wait(ctx) == [watcher]
+        assert ctx.wait(0.0) == []  # disarmed, bytes still unread
+        assert watcher.is_active()
+        watcher.modify_events(Event.READ | Event.ONESHOT)
+        assert fast_wait(ctx) == [watcher]  # re-armed: pending readiness at once
+        assert ctx.wait(0.0) == []
+    finally:
+        a.close()
+        b.close()
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
@@ -90,12 +122,14 @@ def test_level_watchers_left_out_by_max_events_come_first_on_a_fast_wait(
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
-def test_edges_left_out_by_max_events_come_out_on_a_fast_wait(fast_wait: Wait) -> None:
+def test_edges_left_out_by_max_events_come_out_on_a_fast_wait(
+    context_type: Any, fast_wait: Wait
+) -> None:
     if not Backend.EPOLL.is_available():
         pytest.skip("needs EPOLL")
     pairs = _pairs(3)
     try:
-        with iopoll.Context(Backend.EPOLL) as ctx:
+        with context_type(Backend.EPOLL) as ctx:
             events = Event.READ | Event.EDGE_TRIGGERED
             watchers = [ctx.add(b, events, i) for i, (_, b) in enumerate(pairs)]
             for a, _ in pairs:
@@ -113,7 +147,7 @@ def test_edges_left_out_by_max_events_come_out_on_a_fast_wait(fast_wait: Wait) -
                 sock.close()
 
 
-@pytest.mark.parametrize("fast_wait", FAST_WAITS[:2])
+@pytest.mark.parametrize("fast_wait", FAST_WAITS[:3])
 def test_tls_buffered_bytes_are_seen_by_a_fast_wait(ctx: iopoll.Context, fast_wait: Wait) -> None:
     client, server = tls_pair()
     try:
@@ -164,7 +198,7 @@ def test_a_fast_wait_never_returns_a_closed_stream(ctx: iopoll.Context, fast_wai
         keep.close()
 
 
-@pytest.mark.parametrize("fast_wait", FAST_WAITS[:2])
+@pytest.mark.parametrize("fast_wait", FAST_WAITS[:3])
 def test_a_fast_wait_in_a_forked_child_is_refused(ctx: iopoll.Context, fast_wait: Wait) -> None:
     a, b = socket.socketpair()
     try:

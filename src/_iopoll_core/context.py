@@ -103,6 +103,8 @@ class Context(_Uncopyable):
 
     # Set by each implementation: the Backend enum whose members it accepts.
     _backend_type: ClassVar[type[BackendBase]]
+    # The class of the watchers add() makes (iopoll's carries its C accelerator's getter).
+    _watcher_type: ClassVar[type[Watcher]] = Watcher
 
     _backend: BackendBase
     _mechanism: Mechanism | None  # None once closed
@@ -232,7 +234,8 @@ class Context(_Uncopyable):
         except (OSError, Refusal) as exc:
             raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
 
-        watcher = Watcher._make(self._self_ref, fd, handle, fd_probe(handle), wanted, data)
+        probe = fd_probe(handle)
+        watcher = self._watcher_type._make(self._self_ref, fd, handle, probe, wanted, data)
         self._watchers[fd] = watcher
         if callable(getattr(getattr(handle, "stream", None), "pending", None)):
             self._buffered[fd] = watcher
@@ -258,10 +261,12 @@ class Context(_Uncopyable):
         watchers = self._watchers
         if poll is not None and max_events is None and microseconds == 0 and watchers:
             # The hot path of an event loop: no limit, nothing buffered or left over, and
-            # either no timeout or a plain float one that a single OS call can wait.
+            # either no timeout or a plain float or int one that a single OS call can wait.
             if timeout is None:
                 seconds = started = FOREVER
-            elif type(timeout) is float and 0.0 <= timeout <= self._max_timeout:
+            elif (type(timeout) is float or type(timeout) is int) and (
+                0 <= timeout <= self._max_timeout
+            ):
                 seconds = timeout
                 started = time.monotonic() if timeout else 0.0
             else:
@@ -271,9 +276,7 @@ class Context(_Uncopyable):
             try:
                 raw = poll(seconds, len(watchers))
             except OSError as exc:
-                if not raised_by_backend(exc):
-                    raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
-                raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+                self._poll_failed(exc)
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which
             # is missing from the decode table) leave this loop for _collect; what it did
             # so far is only setting _triggered, which _collect sets again.
@@ -290,10 +293,25 @@ class Context(_Uncopyable):
                     return ready
             except (KeyError, OSError, ValueError):  # no watcher; a closed file's fileno()
                 pass
-            mechanism = self._usable_mechanism(FailedPollWaitError)
-            ready = self._collect(mechanism, raw, MAX_EVENTS_LIMIT)
-            return self._wait_on(ready, seconds, started, max_events)
+            return self._finish_wait(raw, seconds, started)
         return self._wait(timeout, microseconds, max_events)
+
+    # iopoll's C accelerator (iopoll/_speedups.c) replaces wait() above with the same fast
+    # path in C; it calls _wait, _poll_failed and _finish_wait for everything else.
+
+    def _poll_failed(self, exc: OSError) -> NoReturn:
+        """Raise what ``wait()`` raises for ``exc``, which the mechanism's poll raised."""
+        if not raised_by_backend(exc):
+            raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
+        raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+
+    def _finish_wait(
+        self, raw: list[tuple[int, int]], seconds: float, started: float
+    ) -> list[Watcher]:
+        """The fast path's reports, when one needs care: decode them all in ``_collect``."""
+        mechanism = self._usable_mechanism(FailedPollWaitError)
+        ready = self._collect(mechanism, raw, MAX_EVENTS_LIMIT)
+        return self._wait_on(ready, seconds, started, None)
 
     def _wait(
         self,
@@ -324,9 +342,7 @@ class Context(_Uncopyable):
             try:
                 raw = mechanism.poll(seconds, registered if registered < limit else limit)
             except OSError as exc:
-                if not raised_by_backend(exc):
-                    raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
-                raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+                self._poll_failed(exc)
             if not raw:
                 return []
             ready = self._collect(mechanism, raw, limit)
@@ -502,9 +518,7 @@ class Context(_Uncopyable):
                 if raw:
                     return raw
         except OSError as exc:
-            if not raised_by_backend(exc):
-                raise  # a signal handler's exception leaves wait() unchanged (PEP 475)
-            raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+            self._poll_failed(exc)
 
     def _leftovers_first(self, raw: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Put what ``max_events`` cut last time ahead of the rest, so nothing starves."""

@@ -25,9 +25,8 @@ from _iopoll_core.errors import (
 )
 from _iopoll_core.events import ErrorCode, Event
 from _iopoll_core.handles import Handle, StreamPollHandle
-from _iopoll_core.watcher import Watcher
 
-from ._backend import Backend, Context
+from ._backend import Backend, Context, Watcher
 
 __version__ = "0.1.0"
 

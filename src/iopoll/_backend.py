@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import select
 import sys
 
 from _iopoll_core.backend import BackendBase, Mechanism
 from _iopoll_core.context import Context as _EngineContext
 from _iopoll_core.select_mechanism import SelectMechanism
+from _iopoll_core.watcher import Watcher as _EngineWatcher
 
-__all__ = ["Backend", "Context"]
+__all__ = ["ACCELERATED", "Backend", "Context", "Watcher"]
 
 
 class Backend(BackendBase):
@@ -45,6 +47,16 @@ def _native_mechanisms() -> dict[str, type[Mechanism]]:
 Backend._mechanisms = _native_mechanisms()
 
 
+class Watcher(_EngineWatcher):
+    """A handle registered in a ``Context``, with what it watches and the user's data.
+
+    Only ``Context.add`` makes watchers.  A watcher holds its context weakly, so a context
+    that is garbage collected leaves its watchers inactive.
+    """
+
+    __slots__ = ()
+
+
 class Context(_EngineContext):
     """Watches handles and reports which are ready, on a native backend.
 
@@ -54,6 +66,7 @@ class Context(_EngineContext):
 
     __slots__ = ()
     _backend_type = Backend
+    _watcher_type = Watcher
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         super().__init__(backend)
@@ -62,3 +75,23 @@ class Context(_EngineContext):
     def backend(self) -> Backend:
         """The concrete backend in use (never ``AUTO``)."""
         return self._backend  # type: ignore[return-value]
+
+
+def _accelerate() -> bool:
+    """Put the C ``wait()`` fast path and ``Watcher.data`` getter on iopoll's classes.
+
+    Only when the extension was built (it is optional), and not with
+    ``IOPOLL_PURE_PYTHON`` set to anything but empty or ``0``.  The pure-Python code stays
+    the reference, and the polyfill always runs it.  Returns whether the C code is in use.
+    """
+    if os.environ.get("IOPOLL_PURE_PYTHON", "") not in ("", "0"):
+        return False
+    try:
+        from . import _speedups
+    except ImportError:  # built without a C compiler
+        return False
+    _speedups.install(Context, Watcher)
+    return True
+
+
+ACCELERATED = _accelerate()

@@ -1,0 +1,480 @@
+/* iopoll._speedups: Context.wait()'s fast path in C.
+ *
+ * The pure-Python Context.wait() (src/_iopoll_core/context.py) is the reference; this is the
+ * same fast path, line for line, without the interpreter's frame and bytecode around it.
+ * Everything that is not that path goes back to the Context's Python methods:
+ *
+ *   self._wait(timeout, microseconds, max_events)   any other form of wait()
+ *   self._poll_failed(exc)                          the mechanism's poll raised OSError
+ *   self._finish_wait(raw, seconds, started)        a report needs care (_collect)
+ *
+ * so that no bookkeeping lives here.  install(context_type, watcher_type) puts this wait() on
+ * context_type and a C getter for `data` (read by every event loop for every report) on
+ * watcher_type; iopoll does so for iopoll.Context and iopoll.Watcher unless the
+ * IOPOLL_PURE_PYTHON environment variable is set.
+ *
+ * The Context and Watcher attributes read here are __slots__ of those Python classes.  Their
+ * member descriptors are looked up once, in install(), and read and written with
+ * PyMember_GetOne / PyMember_SetOne: exactly what `obj._slot` does in Python, with the type
+ * check that a descriptor implies done once instead of per access.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* The slots used, as PyMemberDef pointers taken from the classes' member descriptors.  They
+ * stay valid while the classes live; install() keeps a reference to both classes. */
+typedef struct {
+    PyTypeObject *context_type;
+    PyTypeObject *watcher_type;
+    PyMemberDef *fast_poll, *watchers, *decode, *max_timeout;  /* Context */
+    PyMemberDef *oneshot, *probe, *triggered, *data;            /* Watcher */
+    PyObject *monotonic;                                        /* time.monotonic */
+    PyObject *forever;                                          /* -1.0: no timeout */
+    PyObject *zero;                                             /* 0.0 */
+    PyObject *str_wait, *str_poll_failed, *str_finish_wait;
+} Slots;
+
+/* One set per process, made by the one install() call: there is one iopoll.Context. */
+static Slots slots;
+static int slots_made = 0;
+
+static PyObject *
+fetch_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+#endif
+}
+
+static int
+is_int_zero(PyObject *value)
+{
+    int overflow;
+    return PyLong_CheckExact(value) && PyLong_AsLongAndOverflow(value, &overflow) == 0
+           && !overflow;
+}
+
+static PyObject *
+get_slot(PyObject *obj, PyMemberDef *member)
+{
+    /* New reference, or NULL with AttributeError when the slot was never set. */
+    return PyMember_GetOne((const char *)obj, member);
+}
+
+static PyObject *
+call_method(PyObject *self, PyObject *name, PyObject *const *args, size_t nargs)
+{
+    PyObject *stack[4] = {self, NULL, NULL, NULL};
+    for (size_t i = 0; i < nargs; i++) {
+        stack[i + 1] = args[i];
+    }
+    return PyObject_VectorcallMethod(name, stack, (nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     NULL);
+}
+
+/* Parse wait(timeout=None, microseconds=0, max_events=None); borrowed references. */
+static int
+parse_wait_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+{
+    static const char *const names[] = {"timeout", "microseconds", "max_events"};
+    out[0] = Py_None;
+    out[1] = NULL; /* NULL: the default 0 */
+    out[2] = Py_None;
+    if (nargs > 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "wait() takes at most 3 positional arguments (%zd given)", nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        out[i] = args[i];
+    }
+    if (kwnames == NULL) {
+        return 0;
+    }
+    Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t index = -1;
+        for (Py_ssize_t i = 0; i < 3; i++) {
+            if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) {
+                index = i;
+                break;
+            }
+        }
+        if (index < 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "wait() got an unexpected keyword argument '%U'", key);
+            return -1;
+        }
+        if (index < nargs) {
+            PyErr_Format(PyExc_TypeError,
+                         "wait() got multiple values for argument '%s'", names[index]);
+            return -1;
+        }
+        out[index] = args[nargs + k];
+    }
+    return 0;
+}
+
+static PyObject *
+general_wait(PyObject *self, PyObject **arguments)
+{
+    PyObject *call_args[3] = {arguments[0], arguments[1], arguments[2]};
+    PyObject *zero = NULL;
+    if (call_args[1] == NULL) {
+        zero = PyLong_FromLong(0);
+        if (zero == NULL) {
+            return NULL;
+        }
+        call_args[1] = zero;
+    }
+    PyObject *result = call_method(self, slots.str_wait, call_args, 3);
+    Py_XDECREF(zero);
+    return result;
+}
+
+/* 1: the report was handled (watcher appended to ready); 0: it needs care; -1: error. */
+static int
+take_report(PyObject *report, PyObject *watchers, PyObject *decode, PyObject *ready)
+{
+    if (!PyTuple_CheckExact(report) || PyTuple_GET_SIZE(report) != 2) {
+        return 0;
+    }
+    PyObject *fd = PyTuple_GET_ITEM(report, 0);
+    PyObject *bits = PyTuple_GET_ITEM(report, 1);
+
+    PyObject *watcher = PyDict_GetItemWithError(watchers, fd); /* borrowed */
+    if (watcher == NULL) {
+        return PyErr_Occurred() ? -1 : 0; /* no watcher: a stale registration */
+    }
+    if (!PyObject_TypeCheck(watcher, slots.watcher_type)) {
+        return 0;
+    }
+    Py_INCREF(watcher); /* the probe below may run code that drops it from the dict */
+    int handled = 0;
+    PyObject *oneshot = NULL, *probe = NULL, *probed = NULL, *triggered;
+
+    oneshot = get_slot(watcher, slots.oneshot);
+    if (oneshot == NULL) {
+        goto error;
+    }
+    if (oneshot != Py_False) {
+        goto done; /* one-shot: _collect disarms it */
+    }
+    probe = get_slot(watcher, slots.probe);
+    if (probe == NULL) {
+        goto error;
+    }
+    probed = PyObject_CallNoArgs(probe);
+    if (probed == NULL) {
+        /* A closed file's fileno() raises: _collect retires the watcher. */
+        if (PyErr_ExceptionMatches(PyExc_OSError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();
+            goto done;
+        }
+        goto error;
+    }
+    int same = PyObject_RichCompareBool(probed, fd, Py_EQ);
+    if (same < 0) {
+        goto error;
+    }
+    if (!same) {
+        goto done; /* closed, or the number now names another file */
+    }
+    triggered = PyDict_GetItemWithError(decode, bits); /* borrowed */
+    if (triggered == NULL) {
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+        goto done; /* a bit the table lacks (POLLNVAL): _collect */
+    }
+    if (PyMember_SetOne((char *)watcher, slots.triggered, triggered) < 0
+        || PyList_Append(ready, watcher) < 0) {
+        goto error;
+    }
+    handled = 1;
+    goto done;
+error:
+    handled = -1;
+done:
+    Py_XDECREF(probed);
+    Py_XDECREF(probe);
+    Py_XDECREF(oneshot);
+    Py_DECREF(watcher);
+    return handled;
+}
+
+static PyObject *
+fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *arguments[3];
+    if (parse_wait_args(args, nargs, kwnames, arguments) < 0) {
+        return NULL;
+    }
+    PyObject *timeout = arguments[0], *microseconds = arguments[1];
+    PyObject *poll = NULL, *watchers = NULL, *decode = NULL, *max_timeout = NULL;
+    PyObject *seconds = NULL, *started = NULL, *raw = NULL, *ready = NULL, *result = NULL;
+
+    /* wait()'s fast path: as in Python, a microseconds that is not the int 0 (0.0, False)
+     * goes to _wait(), which refuses it. */
+    if (arguments[2] != Py_None || (microseconds != NULL && !is_int_zero(microseconds))) {
+        return general_wait(self, arguments);
+    }
+    poll = get_slot(self, slots.fast_poll);
+    watchers = get_slot(self, slots.watchers);
+    if (poll == NULL || watchers == NULL) {
+        goto finally;
+    }
+    if (poll == Py_None || !PyDict_CheckExact(watchers) || PyDict_GET_SIZE(watchers) == 0) {
+        result = general_wait(self, arguments);
+        goto finally;
+    }
+    if (timeout == Py_None) {
+        seconds = Py_NewRef(slots.forever);
+        started = Py_NewRef(slots.forever);
+    }
+    else if (PyFloat_CheckExact(timeout) || PyLong_CheckExact(timeout)) {
+        max_timeout = get_slot(self, slots.max_timeout);
+        if (max_timeout == NULL) {
+            goto finally;
+        }
+        double value;
+        if (PyFloat_CheckExact(timeout)) {
+            value = PyFloat_AS_DOUBLE(timeout);
+        }
+        else {
+            value = PyLong_AsDouble(timeout);
+            if (value == -1.0 && PyErr_Occurred()) { /* too large for a double */
+                PyErr_Clear();
+                result = general_wait(self, arguments);
+                goto finally;
+            }
+        }
+        double limit = PyFloat_AsDouble(max_timeout);
+        if (limit == -1.0 && PyErr_Occurred()) {
+            goto finally;
+        }
+        if (!(value >= 0.0 && value <= limit)) {
+            result = general_wait(self, arguments);
+            goto finally;
+        }
+        seconds = Py_NewRef(timeout);
+        /* The clock is read only when the wait may have to be resumed (_wait_on). */
+        started = value > 0.0 ? PyObject_CallNoArgs(slots.monotonic) : Py_NewRef(slots.zero);
+        if (started == NULL) {
+            goto finally;
+        }
+    }
+    else {
+        result = general_wait(self, arguments);
+        goto finally;
+    }
+
+    PyObject *poll_args[2] = {seconds, NULL};
+    PyObject *registered = PyLong_FromSsize_t(PyDict_GET_SIZE(watchers));
+    if (registered == NULL) {
+        goto finally;
+    }
+    poll_args[1] = registered;
+    raw = PyObject_Vectorcall(poll, poll_args, 2, NULL);
+    Py_DECREF(registered);
+    if (raw == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_OSError)) {
+            PyObject *exc = fetch_exception();
+            PyObject *failed = call_method(self, slots.str_poll_failed, &exc, 1);
+            Py_DECREF(exc);
+            if (failed != NULL) { /* it always raises */
+                Py_DECREF(failed);
+                PyErr_SetString(PyExc_SystemError, "Context._poll_failed() returned");
+            }
+        }
+        goto finally;
+    }
+
+    decode = get_slot(self, slots.decode);
+    if (decode == NULL) {
+        goto finally;
+    }
+    int handled = 0;
+    if (PyList_CheckExact(raw) && PyDict_CheckExact(decode)) {
+        ready = PyList_New(0);
+        if (ready == NULL) {
+            goto finally;
+        }
+        handled = 1;
+        /* The list may not change under us: the mechanism made it for this call alone. */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(raw) && handled == 1; i++) {
+            handled = take_report(PyList_GET_ITEM(raw, i), watchers, decode, ready);
+        }
+        if (handled < 0) {
+            goto finally;
+        }
+    }
+    if (handled) {
+        result = Py_NewRef(ready);
+    }
+    else {
+        PyObject *finish_args[3] = {raw, seconds, started};
+        result = call_method(self, slots.str_finish_wait, finish_args, 3);
+    }
+
+finally:
+    Py_XDECREF(ready);
+    Py_XDECREF(raw);
+    Py_XDECREF(started);
+    Py_XDECREF(seconds);
+    Py_XDECREF(max_timeout);
+    Py_XDECREF(decode);
+    Py_XDECREF(watchers);
+    Py_XDECREF(poll);
+    return result;
+}
+
+static PyMethodDef wait_def = {
+    "wait",
+    (PyCFunction)(void (*)(void))fast_wait,
+    METH_FASTCALL | METH_KEYWORDS,
+    "wait($self, /, timeout=None, microseconds=0, max_events=None)\n--\n\n"
+    "Wait until watchers are ready and return them, one entry per watcher.\n\n"
+    "``timeout`` is ``None`` (until something is ready), seconds as ``int`` or\n"
+    "``float``, or a ``timedelta``; ``microseconds`` is added to it.  At most\n"
+    "``max_events`` watchers are returned; the rest stay ready for the next call.\n\n"
+    "A context holding only fired one-shot watchers has nothing that can become ready:\n"
+    "``wait(None)`` then blocks until a signal handler raises.\n\n"
+    "Runs in C (iopoll._speedups); the pure-Python method it speeds up is the reference.",
+};
+
+static PyObject *
+watcher_data(PyObject *self, void *closure)
+{
+    return get_slot(self, slots.data);
+}
+
+static PyGetSetDef data_def = {
+    "data", watcher_data, NULL, "The user data given to ``add`` or ``modify``.", NULL,
+};
+
+static PyMemberDef *
+member_of(PyTypeObject *type, const char *name)
+{
+    PyObject *descriptor = PyObject_GetAttrString((PyObject *)type, name);
+    if (descriptor == NULL) {
+        return NULL;
+    }
+    PyMemberDef *member = NULL;
+    if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+        member = ((PyMemberDescrObject *)descriptor)->d_member;
+    }
+    Py_DECREF(descriptor);
+    if (member == NULL || member->type != T_OBJECT_EX || (member->flags & READONLY)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s must be a writable __slots__ attribute",
+                     type->tp_name, name);
+        return NULL;
+    }
+    return member;
+}
+
+static int
+set_attribute(PyTypeObject *type, PyObject *descriptor)
+{
+    if (descriptor == NULL) {
+        return -1;
+    }
+    PyObject *name = PyDescr_NAME(descriptor);
+    int failed = PyObject_SetAttr((PyObject *)type, name, descriptor);
+    Py_DECREF(descriptor);
+    return failed;
+}
+
+static PyObject *
+install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "install(context_type, watcher_type) takes two classes");
+        return NULL;
+    }
+    if (slots_made) {
+        PyErr_SetString(PyExc_RuntimeError, "install() was already called");
+        return NULL;
+    }
+    PyTypeObject *context_type = (PyTypeObject *)args[0];
+    PyTypeObject *watcher_type = (PyTypeObject *)args[1];
+    Slots found = {0};
+    found.context_type = (PyTypeObject *)Py_NewRef(context_type);
+    found.watcher_type = (PyTypeObject *)Py_NewRef(watcher_type);
+    if (!(found.fast_poll = member_of(context_type, "_fast_poll"))
+        || !(found.watchers = member_of(context_type, "_watchers"))
+        || !(found.decode = member_of(context_type, "_decode"))
+        || !(found.max_timeout = member_of(context_type, "_max_timeout"))
+        || !(found.oneshot = member_of(watcher_type, "_oneshot"))
+        || !(found.probe = member_of(watcher_type, "_probe"))
+        || !(found.triggered = member_of(watcher_type, "_triggered"))
+        || !(found.data = member_of(watcher_type, "_data"))) {
+        goto error;
+    }
+    PyObject *time_module = PyImport_ImportModule("time");
+    if (time_module == NULL) {
+        goto error;
+    }
+    found.monotonic = PyObject_GetAttrString(time_module, "monotonic");
+    Py_DECREF(time_module);
+    if (found.monotonic == NULL
+        || !(found.forever = PyFloat_FromDouble(-1.0))
+        || !(found.zero = PyFloat_FromDouble(0.0))
+        || !(found.str_wait = PyUnicode_InternFromString("_wait"))
+        || !(found.str_poll_failed = PyUnicode_InternFromString("_poll_failed"))
+        || !(found.str_finish_wait = PyUnicode_InternFromString("_finish_wait"))) {
+        goto error;
+    }
+    slots = found;
+    slots_made = 1;
+    if (set_attribute(context_type, PyDescr_NewMethod(context_type, &wait_def)) < 0
+        || set_attribute(watcher_type, PyDescr_NewGetSet(watcher_type, &data_def)) < 0) {
+        return NULL; /* the slots stay: a class may hold one of the two already */
+    }
+    Py_RETURN_NONE;
+
+error:
+    Py_XDECREF(found.context_type);
+    Py_XDECREF(found.watcher_type);
+    Py_XDECREF(found.monotonic);
+    Py_XDECREF(found.forever);
+    Py_XDECREF(found.zero);
+    Py_XDECREF(found.str_wait);
+    Py_XDECREF(found.str_poll_failed);
+    Py_XDECREF(found.str_finish_wait);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
+     "install(context_type, watcher_type)\n--\n\n"
+     "Put the C ``wait()`` on ``context_type`` and the C ``data`` getter on ``watcher_type``."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "iopoll._speedups",
+    "Context.wait()'s fast path in C (optional; the pure-Python one is the reference).",
+    -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&speedups_module);
+}

@@ -1,0 +1,3 @@
+# iopoll._speedups: Context.wait()'s fast path and Watcher.data in C (see _speedups.c).
+
+def install(context_type: type, watcher_type: type, /) -> None: ...

@@ -1,0 +1,165 @@
+"""``iopoll._speedups``: the C ``wait()`` fast path and ``Watcher.data`` getter.
+
+The C code must be used when it was built, be left out with ``IOPOLL_PURE_PYTHON``, and
+behave exactly as the pure-Python reference (``pure_iopoll``), argument handling included.
+The readiness behaviour itself is held to the conformance suite and ``test_fast_path.py``,
+both of which run on the two versions.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import iopoll
+import iopoll._backend
+import pure_iopoll
+from _iopoll_core.context import Context as EngineContext
+from iopoll import Event
+
+BUILT = importlib.util.find_spec("iopoll._speedups") is not None
+needs_speedups = pytest.mark.skipif(not BUILT, reason="iopoll._speedups was not built here")
+
+
+def _python(code: str, **env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+@needs_speedups
+def test_the_c_code_is_in_use_when_built() -> None:
+    assert iopoll._backend.ACCELERATED is (
+        os.environ.get("IOPOLL_PURE_PYTHON", "") in ("", "0")
+    )
+    if iopoll._backend.ACCELERATED:
+        assert type(iopoll.Context.__dict__["wait"]).__name__ == "method_descriptor"
+        assert type(iopoll.Watcher.__dict__["data"]).__name__ == "getset_descriptor"
+
+
+@pytest.mark.parametrize(("value", "accelerated"), [("1", False), ("0", BUILT), ("", BUILT)])
+def test_iopoll_pure_python_leaves_the_c_code_out(value: str, accelerated: bool) -> None:
+    code = (
+        "import iopoll, iopoll._backend as b; "
+        "print(b.ACCELERATED, 'wait' in iopoll.Context.__dict__, "
+        "'data' in iopoll.Watcher.__dict__)"
+    )
+    expected = f"{accelerated} {accelerated} {accelerated}"
+    assert _python(code, IOPOLL_PURE_PYTHON=value) == expected
+
+
+def test_the_polyfill_never_runs_the_c_code() -> None:
+    import iopoll_polyfill.fallback as fallback
+
+    # Its wait() checks whole seconds, then runs the engine's, which is plain Python.
+    assert iopoll.Context not in fallback.Context.__mro__
+    assert inspect.isfunction(inspect.getattr_static(EngineContext, "wait"))
+    assert isinstance(inspect.getattr_static(fallback.Watcher, "data"), property)
+
+
+@needs_speedups
+def test_install_refuses_a_second_call() -> None:
+    from iopoll import _speedups
+
+    with pytest.raises(RuntimeError, match="already"):
+        _speedups.install(iopoll.Context, iopoll.Watcher)
+
+
+def test_wait_has_the_same_signature_and_a_docstring() -> None:
+    def shape(function: Any) -> list[tuple[str, Any]]:
+        return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+    assert shape(iopoll.Context.wait) == shape(EngineContext.wait)
+    assert iopoll.Context.wait.__doc__
+    assert iopoll.Watcher.data.__doc__
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    try:
+        result = call()
+    except Exception as exc:
+        return (type(exc), str(exc))
+    return [w.data for w in result]
+
+
+CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    ((), {}),
+    ((0.0,), {}),
+    ((0,), {}),
+    ((0, 0), {}),
+    ((0, 0, None), {}),
+    ((0, 0, 1), {}),
+    ((), {"timeout": 0.0}),
+    ((), {"timeout": 0, "microseconds": 10}),
+    ((), {"max_events": 1, "timeout": 0.0}),
+    ((timedelta(0),), {}),
+    ((float("nan"),), {}),
+    ((-1.0,), {}),
+    ((True,), {}),
+    (("1",), {}),
+    ((0.0, 0.0), {}),
+    ((0.0, False), {}),
+    ((0.0, -1), {}),
+    ((None, 5), {}),
+    ((0.0, 0, 0), {}),
+    ((0.0, 0, True), {}),
+    ((0.0, 0, None, 4), {}),
+    ((0.0,), {"timeout": 0.0}),
+    ((), {"timeuot": 0.0}),
+    ((), {"microseconds": 2**70, "timeout": 0}),
+    ((1e300,), {"max_events": 0}),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), CALLS, ids=repr)
+def test_the_c_wait_answers_every_call_as_the_python_one(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    a, b = socket.socketpair()
+    try:
+        outcomes = []
+        for make in (iopoll.Context, pure_iopoll.Context):
+            with make() as ctx:
+                ctx.add(a, Event.WRITE, "a")
+                outcomes.append(_outcome(functools.partial(ctx.wait, *args, **kwargs)))
+        c_outcome, python_outcome = outcomes
+        if isinstance(python_outcome, tuple) and python_outcome[0] is TypeError:
+            # Argument-binding errors name the function the same way, not word for word.
+            assert isinstance(c_outcome, tuple) and c_outcome[0] is TypeError, c_outcome
+        else:
+            assert c_outcome == python_outcome
+    finally:
+        a.close()
+        b.close()
+
+
+def test_watcher_data_is_read_only_on_both() -> None:
+    a, b = socket.socketpair()
+    try:
+        for make in (iopoll.Context, pure_iopoll.Context):
+            with make() as ctx:
+                watcher = ctx.add(a, Event.WRITE, "a")
+                assert watcher.data == "a"
+                with pytest.raises(AttributeError):
+                    watcher.data = "b"  # type: ignore[misc]
+                watcher.modify_data("b")
+                assert watcher.data == "b"
+    finally:
+        a.close()
+        b.close()
