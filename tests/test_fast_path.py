@@ -52,99 +52,86 @@ def ctx(request: pytest.FixtureRequest, context_type: Any) -> Any:
         yield context
 
 
-def _pairs(count: int) -> list[tuple[socket.socket, socket.socket]]:
-    pairs = [socket.socketpair() for _ in range(count)]
+@pytest.fixture
+def pair() -> Any:
+    """A connected socketpair, closed after the test."""
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.fixture
+def readable() -> Any:
+    """Three socketpairs whose second socket has a byte to read."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    for a, _ in pairs:
+        a.send(b"x")
+    yield [b for _, b in pairs]
     for pair in pairs:
         for sock in pair:
-            sock.setblocking(False)
-    return pairs
+            sock.close()
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
-def test_a_one_shot_fires_once_through_fast_waits(ctx: iopoll.Context, fast_wait: Wait) -> None:
-    a, b = socket.socketpair()
-    try:
-        watcher = ctx.add(b, Event.READ | Event.ONESHOT, "b")
-        a.send(b"x")
-        assert fast_wait(ctx) == [watcher]
-        assert ctx.wait(0.0) == []  # disarmed, bytes still unread
-        assert watcher.is_active()
-        watcher.modify_events(Event.READ | Event.ONESHOT)
-        assert fast_wait(ctx) == [watcher]  # re-armed: pending readiness at once
-        assert ctx.wait(0.0) == []
-    finally:
-        a.close()
-        b.close()
+def test_a_one_shot_fires_once_through_fast_waits(
+    ctx: iopoll.Context, fast_wait: Wait, pair: Any
+) -> None:
+    a, b = pair
+    watcher = ctx.add(b, Event.READ | Event.ONESHOT, "b")
+    a.send(b"x")
+    assert fast_wait(ctx) == [watcher]
+    assert ctx.wait(0.0) == []  # disarmed, bytes still unread
+    assert watcher.is_active()
+    watcher.modify_events(Event.READ | Event.ONESHOT)
+    assert fast_wait(ctx) == [watcher]  # re-armed: pending readiness at once
+    assert ctx.wait(0.0) == []
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 def test_one_shots_left_out_by_max_events_come_out_on_a_fast_wait(
-    ctx: iopoll.Context, fast_wait: Wait
+    ctx: iopoll.Context, fast_wait: Wait, readable: list[socket.socket]
 ) -> None:
     # epoll disarms a reported one-shot itself: the one left out lives only in leftovers.
-    pairs = _pairs(3)
-    try:
-        watchers = [ctx.add(b, Event.READ | Event.ONESHOT, i) for i, (_, b) in enumerate(pairs)]
-        for a, _ in pairs:
-            a.send(b"x")
-        first = ctx.wait(1, 0, 2)
-        assert len(first) == 2
-        rest = fast_wait(ctx)
-        assert [w.data for w in rest] == [w.data for w in watchers if w not in first]
-        assert rest[0].triggered_events == Event.READ
-        assert ctx.wait(0.0) == []  # each fired once
-    finally:
-        for pair in pairs:
-            for sock in pair:
-                sock.close()
+    watchers = [ctx.add(b, Event.READ | Event.ONESHOT, i) for i, b in enumerate(readable)]
+    first = ctx.wait(1, 0, 2)
+    assert len(first) == 2
+    rest = fast_wait(ctx)
+    assert [w.data for w in rest] == [w.data for w in watchers if w not in first]
+    assert rest[0].triggered_events == Event.READ
+    assert ctx.wait(0.0) == []  # each fired once
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 def test_level_watchers_left_out_by_max_events_come_first_on_a_fast_wait(
-    ctx: iopoll.Context, fast_wait: Wait
+    ctx: iopoll.Context, fast_wait: Wait, readable: list[socket.socket]
 ) -> None:
     # Nothing starves: what max_events cut goes ahead of what was just reported.
-    pairs = _pairs(3)
-    try:
-        watchers = [ctx.add(b, Event.READ, i) for i, (_, b) in enumerate(pairs)]
-        for a, _ in pairs:
-            a.send(b"x")
-        first = ctx.wait(1, 0, 2)
-        assert len(first) == 2
-        (left_out,) = (w for w in watchers if w not in first)
-        rest = fast_wait(ctx)
-        assert len(rest) == 3
-        assert rest[0] is left_out
-    finally:
-        for pair in pairs:
-            for sock in pair:
-                sock.close()
+    watchers = [ctx.add(b, Event.READ, i) for i, b in enumerate(readable)]
+    first = ctx.wait(1, 0, 2)
+    assert len(first) == 2
+    (left_out,) = (w for w in watchers if w not in first)
+    rest = fast_wait(ctx)
+    assert len(rest) == 3
+    assert rest[0] is left_out
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 def test_edges_left_out_by_max_events_come_out_on_a_fast_wait(
-    context_type: Any, fast_wait: Wait
+    context_type: Any, fast_wait: Wait, readable: list[socket.socket]
 ) -> None:
     if not Backend.EPOLL.is_available():
         pytest.skip("needs EPOLL")
-    pairs = _pairs(3)
-    try:
-        with context_type(Backend.EPOLL) as ctx:
-            events = Event.READ | Event.EDGE_TRIGGERED
-            watchers = [ctx.add(b, events, i) for i, (_, b) in enumerate(pairs)]
-            for a, _ in pairs:
-                a.send(b"x")
-            first = ctx.wait(1, 0, 1)
-            assert len(first) == 1
-            # The kernel will not report these edges again: only the leftovers know them.
-            rest = fast_wait(ctx)
-            assert sorted(w.data for w in rest) == sorted(
-                w.data for w in watchers if w is not first[0]
-            )
-    finally:
-        for pair in pairs:
-            for sock in pair:
-                sock.close()
+    with context_type(Backend.EPOLL) as ctx:
+        events = Event.READ | Event.EDGE_TRIGGERED
+        watchers = [ctx.add(b, events, i) for i, b in enumerate(readable)]
+        first = ctx.wait(1, 0, 1)
+        assert len(first) == 1
+        # Edges are reported once: the two max_events held back must come out now.
+        rest = fast_wait(ctx)
+        assert sorted(w.data for w in rest) == sorted(
+            w.data for w in watchers if w is not first[0]
+        )
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS[:3])
@@ -199,47 +186,36 @@ def test_a_fast_wait_never_returns_a_closed_stream(ctx: iopoll.Context, fast_wai
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS[:3])
-def test_a_fast_wait_in_a_forked_child_is_refused(ctx: iopoll.Context, fast_wait: Wait) -> None:
-    a, b = socket.socketpair()
-    try:
-        ctx.add(a, Event.WRITE)
+def test_a_fast_wait_in_a_forked_child_is_refused(
+    ctx: iopoll.Context, fast_wait: Wait, pair: Any
+) -> None:
+    ctx.add(pair[0], Event.WRITE)
 
-        def child() -> dict[str, Any]:
-            try:
-                fast_wait(ctx)
-            except iopoll.FailedPollWaitError as exc:
-                return {"code": exc.code.name}
-            return {"code": None}
+    def child() -> dict[str, Any]:
+        try:
+            fast_wait(ctx)
+        except iopoll.FailedPollWaitError as exc:
+            return {"code": exc.code.name}
+        return {"code": None}
 
-        assert in_child(child) == {"code": "PERMISSION"}
-        assert len(ctx.wait(0.0)) == 1  # the parent's context is untouched
-    finally:
-        a.close()
-        b.close()
+    assert in_child(child) == {"code": "PERMISSION"}
+    assert len(ctx.wait(0.0)) == 1  # the parent's context is untouched
 
 
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
-def test_a_fast_wait_on_a_closed_context_raises(ctx: iopoll.Context, fast_wait: Wait) -> None:
-    a, b = socket.socketpair()
-    try:
-        ctx.add(a, Event.WRITE)
-        ctx.close()
-        with pytest.raises(iopoll.PollError, match="closed"):
-            fast_wait(ctx)
-    finally:
-        a.close()
-        b.close()
+def test_a_fast_wait_on_a_closed_context_raises(
+    ctx: iopoll.Context, fast_wait: Wait, pair: Any
+) -> None:
+    ctx.add(pair[0], Event.WRITE)
+    ctx.close()
+    with pytest.raises(iopoll.PollError, match="closed"):
+        fast_wait(ctx)
 
 
 @pytest.mark.parametrize("microseconds", [0.0, False])
 def test_a_zero_that_is_not_an_int_is_refused_on_the_fast_path(
-    ctx: iopoll.Context, microseconds: object
+    ctx: iopoll.Context, microseconds: object, pair: Any
 ) -> None:
-    a, b = socket.socketpair()
-    try:
-        ctx.add(a, Event.WRITE)
-        with pytest.raises(TypeError, match="microseconds"):
-            ctx.wait(0.0, microseconds)  # type: ignore[arg-type]
-    finally:
-        a.close()
-        b.close()
+    ctx.add(pair[0], Event.WRITE)
+    with pytest.raises(TypeError, match="microseconds"):
+        ctx.wait(0.0, microseconds)  # type: ignore[arg-type]
