@@ -15,6 +15,7 @@ import iopoll
 from _iopoll_core.errors import code_for_errno
 from _iopoll_core.events import decode_bits, decode_table
 from iopoll import Backend, ErrorCode, Event
+from iopoll_conformance.groups._helpers_a import alarm
 
 NATIVE = [b for b in Backend.available_backends() if b is not Backend.SELECT]
 
@@ -202,8 +203,6 @@ def test_pep_475_a_handlers_oserror_leaves_wait_unchanged(
     make_context: object, timeout: object
 ) -> None:
     """An OSError subclass raised by a signal handler is not the backend's failure."""
-    import signal
-
     if isinstance(timeout, float) and make_context is _fallback_context:
         pytest.skip("the polyfill takes whole seconds")
     a, b = socket.socketpair()
@@ -211,41 +210,31 @@ def test_pep_475_a_handlers_oserror_leaves_wait_unchanged(
     def deadline(signum: int, frame: object) -> None:
         raise TimeoutError("deadline from the handler")
 
-    previous = signal.signal(signal.SIGALRM, deadline)
     try:
-        with make_context() as ctx:  # type: ignore[operator]
+        with make_context() as ctx, alarm(deadline, 0.1):  # type: ignore[operator]
             ctx.add(b, Event.READ)
-            signal.setitimer(signal.ITIMER_REAL, 0.1)
             with pytest.raises(TimeoutError, match="deadline from the handler") as caught:
                 ctx.wait(timeout)
             assert type(caught.value) is TimeoutError
             assert caught.value.__cause__ is None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         a.close()
         b.close()
 
 
 def test_select_tells_its_own_ebadf_from_a_handlers() -> None:
     """select() fails with EBADF for a closed fd; a handler raising OSError(EBADF) is not that."""
-    import signal
-
     a, b = socket.socketpair()
 
     def handler(signum: int, frame: object) -> None:
         raise OSError(errno.EBADF, "the handler's own EBADF")
 
-    previous = signal.signal(signal.SIGALRM, handler)
     try:
-        with iopoll.Context(Backend.SELECT) as ctx:
+        with iopoll.Context(Backend.SELECT) as ctx, alarm(handler, 0.1):
             ctx.add(b, Event.READ)
-            signal.setitimer(signal.ITIMER_REAL, 0.1)
             with pytest.raises(OSError, match="the handler's own EBADF"):
                 ctx.wait(2.0)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         a.close()
         b.close()
 
