@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -56,8 +57,12 @@ def _run(name: str, coro: Any) -> Any:
 class EchoProtocol(asyncio.Protocol):
     """Writes back whatever it receives."""
 
+    cpu_at_first_connection: float | None = None
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: Any = transport
+        if EchoProtocol.cpu_at_first_connection is None:
+            EchoProtocol.cpu_at_first_connection = _cpu_seconds()
 
     def data_received(self, data: bytes) -> None:
         self.transport.write(data)
@@ -70,6 +75,13 @@ async def _serve() -> None:
     # Serve until the parent closes our stdin.
     await loop.run_in_executor(None, sys.stdin.read)
     server.close()
+    start = EchoProtocol.cpu_at_first_connection
+    print(json.dumps({"cpu": _cpu_seconds() - start if start is not None else 0.0}), flush=True)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- client process ----------------------------------------------------------------------
@@ -112,7 +124,7 @@ async def _client(port: int, concurrency: int, duration: float) -> dict[str, flo
     count, elapsed = counter[0] - start_count, time.perf_counter() - start
     for transport in transports:
         transport.close()
-    return {"requests": count, "seconds": elapsed}
+    return {"requests": count, "seconds": elapsed, "total": counter[0]}
 
 
 def _client_loop() -> str:
@@ -161,9 +173,12 @@ def _measure(server_loop: str, concurrency: int, duration: float) -> float:
             timeout=duration + 60,
         ).stdout
         result = json.loads(out)
+        server.stdin.close()
+        cpu = json.loads(server.stdout.readline())["cpu"]
+        print("cpu us/rt", server_loop, concurrency, round(cpu / result["total"] * 1e6, 3), round(result["requests"] / result["seconds"]), file=sys.stderr)
         return float(result["requests"] / result["seconds"])
     finally:
-        if server.stdin is not None:
+        if server.stdin is not None and not server.stdin.closed:
             server.stdin.close()
         try:
             server.wait(timeout=10)

@@ -9,6 +9,7 @@ both implementations, written in the whole-seconds form that both accept.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import resource
@@ -136,11 +137,12 @@ def test_half_close_is_hangup_plus_read_if_asked(
         assert local.recv(10) == b""
 
 
-def test_reset_is_error_hangup_and_error_shows_once(
+def test_reset_is_error_hangup_until_the_error_is_read(
     api: ModuleType, impl: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
-    """A reset: ERROR|HANGUP on the first wait (the peek consumes the socket error), then
-    HANGUP; READ is added only to the end-of-file report, as select() alone cannot tell."""
+    """A reset: ERROR|HANGUP on every wait while the socket error is pending, for every
+    context (waiting reads no error), then READ|HANGUP once the application has read it.
+    READ is added only to the end-of-file report, as select() alone cannot tell."""
     local, peer = pair
     E = api.Event
     with impl[1]() as ctx, impl[1]() as other:
@@ -149,16 +151,20 @@ def test_reset_is_error_hangup_and_error_shows_once(
         local.send(b"never read")  # AF_UNIX: unread data makes the close a reset
         time.sleep(0.05)
         reset(peer)
-        assert wait_short(ctx) == {"reader": E.ERROR | E.HANGUP}
+        for _ in range(2):
+            assert wait_short(ctx) == {"reader": E.ERROR | E.HANGUP}
+            assert reported(other.wait(0, 500_000)) == {"writer": E.WRITE | E.ERROR | E.HANGUP}
+        with pytest.raises(ConnectionResetError):
+            local.recv(100)
         assert wait_short(ctx) == {"reader": E.READ | E.HANGUP}
-        # The error is gone for the second context too: select() semantics, SPEC 7.
         assert reported(other.wait(0, 500_000)) == {"writer": E.WRITE | E.HANGUP}
 
 
 def test_reset_seen_first_by_write_watcher(
     api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
-    """A WRITE-only watcher sees the reset as WRITE|ERROR|HANGUP, then WRITE|HANGUP."""
+    """A WRITE-only watcher sees the reset as WRITE|ERROR|HANGUP, then, once the error is
+    read (``SO_ERROR``), WRITE|HANGUP."""
     local, peer = pair
     E = api.Event
     ctx.add(local, E.WRITE, "writer")
@@ -166,7 +172,25 @@ def test_reset_seen_first_by_write_watcher(
     time.sleep(0.05)
     reset(peer)
     assert wait_short(ctx) == {"writer": E.WRITE | E.ERROR | E.HANGUP}
+    assert local.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
     assert wait_short(ctx) == {"writer": E.WRITE | E.HANGUP}
+
+
+def test_refused_connect_keeps_its_error_for_the_application(api: ModuleType, ctx: Any) -> None:
+    """A non-blocking connect() that is refused: WRITE|ERROR|HANGUP, and SO_ERROR still
+    says ECONNREFUSED afterwards; a wait that read the error would make the connect look
+    successful (asyncio's sock_connect() reads exactly that SO_ERROR)."""
+    E = api.Event
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = listener.getsockname()  # closed now: nothing listens there
+    with socket.socket() as sock:
+        sock.setblocking(False)
+        assert sock.connect_ex(address) == errno.EINPROGRESS
+        ctx.add(sock, E.WRITE, "connecting")
+        for _ in range(2):
+            assert reported(ctx.wait(1)) == {"connecting": E.WRITE | E.ERROR | E.HANGUP}
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNREFUSED
+        assert reported(ctx.wait(1)) == {"connecting": E.WRITE | E.HANGUP}
 
 
 def test_data_before_end_of_file_is_read_until_drained(

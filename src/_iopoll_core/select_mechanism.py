@@ -5,10 +5,14 @@ select() reports only "readable" and "writable", so this module derives the rest
 * Every watched fd is in the read set, so that a hang-up is seen even by a ``WRITE``-only
   watcher.  A readable socket or pipe with no bytes waiting has reached end of file: that
   is ``HANGUP`` (a socket also gets ``READ`` when asked; a pipe gets ``HANGUP`` alone, as
-  poll() says).  A socket whose ``MSG_PEEK`` fails was reset: ``ERROR|HANGUP``; the peek
-  consumes the socket error, so ``ERROR`` shows once and ``HANGUP`` stays.  The write end
-  of a pipe reads as ready only once its reader is gone: ``ERROR``.  ``READ_HANGUP`` is
-  never reported.
+  poll() says).  A socket with an error pending (a reset, a refused connect) is
+  ``ERROR|HANGUP`` for as long as the error is pending.  The error is left for the
+  application: a read, or ``getsockopt(SO_ERROR)``, would clear it, and a non-blocking
+  ``connect()`` learns its outcome from exactly that ``SO_ERROR``.  So the pending error is
+  asked of a one-fd ``poll()`` (``POLLERR``), which clears nothing, before any peek; where
+  there is no ``poll()`` (Windows) the peek's failure stands in for it.  The write end of a
+  pipe reads as ready only once its reader is gone: ``ERROR``.  ``READ_HANGUP`` is never
+  reported.
 * A fd readable only because of bytes its watcher did not ask for is taken out of the read
   set for the rest of that ``wait()`` (it stays in the write set); otherwise select() would
   return at once, forever, and the wait would spin.
@@ -95,6 +99,21 @@ def _kind_of(fd: int) -> int:
     return _ALWAYS  # regular files, ttys, devices: readable means a read will not block
 
 
+if hasattr(select, "poll"):
+
+    def _error_pending(fd: int) -> bool:
+        """Has the socket an error pending?  Asked of poll(), which, unlike a read or
+        ``getsockopt(SO_ERROR)``, does not clear it (Linux ``sock_poll``: ``sk_err``)."""
+        probe = select.poll()
+        probe.register(fd, 0)  # POLLERR is always reported, whatever was asked
+        return any(bits & select.POLLERR for _, bits in probe.poll(0))
+
+else:  # Windows: no poll() here; the peek's failure reports the error (and clears it)
+
+    def _error_pending(fd: int) -> bool:
+        return False
+
+
 def _is_listening(sock: socket.socket) -> bool:
     try:
         return bool(sock.getsockopt(socket.SOL_SOCKET, _SO_ACCEPTCONN))
@@ -116,6 +135,8 @@ def _peek(fd: int, kinds: dict[int, int]) -> int:
         if sock.type != socket.SOCK_STREAM or _is_listening(sock):
             kinds[fd] = _ALWAYS  # an empty datagram is data; a listener has a connection
             return _READ
+        if _error_pending(fd):
+            return _ERROR | _HANGUP  # reset or refused (SPEC 7: no READ); error left unread
         try:
             data = sock.recv(1, _MSG_PEEK_NOW)
         except BlockingIOError:

@@ -258,19 +258,7 @@ class IoPollSelector(selectors.BaseSelector):
         ``None`` waits until one is; ``0`` or less polls.  Returns ``(key, events)`` pairs.
         A signal whose handler returns is retried with the remaining time (PEP 475).
         """
-        if timeout is not None:
-            if timeout <= 0:
-                timeout = 0.0
-            elif self._round_up_to_ms:
-                timeout = math.ceil(timeout * 1e3) * 1e-3
-        try:
-            ready = self._context.wait(timeout)
-        except FailedPollOperationError as exc:
-            if exc.errno == errno.EINTR:
-                return []
-            raise _as_os_error(exc) from exc
-        except PollError:
-            raise RuntimeError("Selector is closed") from None
+        ready = self._wait(timeout)
         if not ready:
             return []
         fold = _FOLD
@@ -281,6 +269,22 @@ class IoPollSelector(selectors.BaseSelector):
             key: SelectorKey = watcher._data
             append((key, fold[watcher._triggered] & key.events))
         return result
+
+    def _wait(self, timeout: float | None) -> list[Watcher]:
+        """``select()``'s wait: the Context's ready watchers, each with its key as data."""
+        if timeout is not None:
+            if timeout <= 0:
+                timeout = 0.0
+            elif self._round_up_to_ms:
+                timeout = math.ceil(timeout * 1e3) * 1e-3
+        try:
+            return self._context.wait(timeout)
+        except FailedPollOperationError as exc:
+            if exc.errno == errno.EINTR:
+                return []
+            raise _as_os_error(exc) from exc
+        except PollError:
+            raise RuntimeError("Selector is closed") from None
 
     def close(self) -> None:
         """Release the ``Context``; every key is forgotten.  Idempotent."""
@@ -300,11 +304,47 @@ class IoPollSelector(selectors.BaseSelector):
         return self._map
 
 
+class _LoopSelector(IoPollSelector):
+    """The selector a ``Loop`` makes for itself: ``select()`` returns the ready watchers.
+
+    ``BaseEventLoop._run_once`` hands what ``select()`` returns straight to
+    ``_process_events`` and nowhere else, so ``Loop`` reads the watchers itself and skips
+    building a ``(key, events)`` pair and a second pass per ready fd.
+    """
+
+    select = IoPollSelector._wait  # type: ignore[assignment]
+
+
 class Loop(asyncio.SelectorEventLoop):
     """An ``asyncio.SelectorEventLoop`` on an ``IoPollSelector`` (the default selector)."""
 
     def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
-        super().__init__(IoPollSelector() if selector is None else selector)
+        if selector is None:
+            selector = _LoopSelector()
+        self._select_gives_watchers = type(selector) is _LoopSelector
+        super().__init__(selector)
+
+    def _process_events(self, event_list: list[Any]) -> None:
+        # asyncio's own _process_events, on watchers: the same checks in the same order.
+        if not self._select_gives_watchers:
+            super()._process_events(event_list)  # type: ignore[misc]
+            return
+        add_ready = self._ready.append  # type: ignore[attr-defined]
+        fold = _FOLD
+        for watcher in event_list:
+            key: SelectorKey = watcher._data
+            mask = fold[watcher._triggered] & key.events
+            reader, writer = key.data
+            if mask & EVENT_READ and reader is not None:
+                if reader._cancelled:
+                    self._remove_reader(key.fileobj)
+                else:
+                    add_ready(reader)
+            if mask & EVENT_WRITE and writer is not None:
+                if writer._cancelled:
+                    self._remove_writer(key.fileobj)
+                else:
+                    add_ready(writer)
 
 
 def new_event_loop() -> Loop:

@@ -16,8 +16,8 @@ The two may differ only where SPEC lets them (``normalise``):
 * select finds a hang-up by peeking: while unread bytes remain, it reports no ``HANGUP``
   (SPEC 7), where a native backend does.
 * After a reset (the peer closed with bytes it had not read), select reports ``ERROR|HANGUP``
-  once, without ``READ``, and the error is consumed; a native backend keeps reporting
-  ``ERROR`` until the socket is read (SPEC 7).
+  without ``READ``, where a native backend adds ``READ``; SPEC 7 lets select report ``ERROR``
+  only once, so ``ERROR`` is not compared after a reset.
 * With ``max_events``, which ready watchers come first is not specified: the cut is
   compared by its size, and what it and the next ``wait()`` return together.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
@@ -200,7 +201,7 @@ class EventRules:
             assert triggered == api.Event.ERROR | api.Event.HANGUP
         else:
             assert triggered == api.Event.READ | api.Event.ERROR | api.Event.HANGUP
-        # Level: the hang-up stays (select may have consumed the error).
+        # Level: the hang-up stays.
         assert api.Event.HANGUP in reported(short_wait(ctx))["client"]
 
     def test_spec_6_2_error_hangup_reported_to_write_watcher_on_reset(
@@ -213,6 +214,24 @@ class EventRules:
         _reset(server)
         expected = api.Event.WRITE | api.Event.ERROR | api.Event.HANGUP
         assert reported(short_wait(ctx)) == {"client": expected}
+
+    def test_spec_6_2_waiting_leaves_the_socket_error_to_the_application(
+        self, api: Any, ctx: Any
+    ) -> None:
+        """SPEC 6.2: a refused non-blocking connect() is reported with ERROR, and waiting
+        does not read the error: SO_ERROR still says ECONNREFUSED afterwards.  That is how
+        the application learns the outcome of its connect(); a wait() that cleared the
+        error (a read or SO_ERROR of its own) would make the connect look successful."""
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            address = listener.getsockname()  # closed at once: nothing listens there now
+        with socket.socket() as sock:
+            sock.setblocking(False)
+            assert sock.connect_ex(address) == errno.EINPROGRESS
+            ctx.add(sock, api.Event.WRITE, "connecting")
+            for _ in range(2):  # level: reported while the error is pending
+                triggered = reported(short_wait(ctx)).get("connecting", api.Event(0))
+                assert api.Event.ERROR in triggered, triggered
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNREFUSED
 
     def test_poll_stream_sock_write_close(self, api: Any, ctx: Any) -> None:
         """B.38, php-src poll_stream_sock_write_close.phpt: closed watched streams disappear."""
