@@ -1,12 +1,22 @@
 """TCP echo round trips: stock asyncio vs ``iopoll.aio`` vs uvloop.
 
-    python -m benchmarks.bench_aio [--quick] [--duration SECONDS] [--concurrency 1 10 100]
+    python -m benchmarks.bench_aio [--quick] [--repeats R] [--duration SECONDS]
+                                   [--concurrency 1 10 100] [--check] [--instructions]
 
 Each column runs the same asyncio ``Protocol`` echo server (1 KiB messages) in its own
 process, on its own event loop.  The load comes from one client process, the same for
 every column (uvloop when installed, else stock asyncio): N connections, each sending
-1 KiB and waiting for the 1 KiB echo before sending again.  Reported: round trips per
-second, and the ratio to stock asyncio.
+1 KiB and waiting for the 1 KiB echo before sending again.
+
+Runs are paired.  Each repeat runs every column once, back to back, in an order rotated
+from one repeat to the next; a column's ratio in that repeat is its rate over asyncio's.
+Reported: each column's median rate, and the median of its paired ratios with their range.
+On a shared machine one cell moves by 10% from run to run; a paired ratio moves less,
+because a slow spell of the machine tends to hit both runs of the pair.
+
+``--instructions`` counts instead, with valgrind's callgrind, the instructions each server
+executes per round trip, in user space (the kernel's share of the system calls is not
+counted).  The count does not depend on how busy the machine is.
 """
 
 from __future__ import annotations
@@ -15,14 +25,18 @@ import argparse
 import asyncio
 import json
 import os
-import resource
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 MESSAGE = b"x" * 1024
 LOOPS = ("asyncio", "iopoll.aio", "uvloop")
+TARGET = 1.0  # iopoll.aio's median paired ratio to stock asyncio, on every row
 
 
 def _wait_language() -> str:
@@ -57,12 +71,8 @@ def _run(name: str, coro: Any) -> Any:
 class EchoProtocol(asyncio.Protocol):
     """Writes back whatever it receives."""
 
-    cpu_at_first_connection: float | None = None
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: Any = transport
-        if EchoProtocol.cpu_at_first_connection is None:
-            EchoProtocol.cpu_at_first_connection = _cpu_seconds()
 
     def data_received(self, data: bytes) -> None:
         self.transport.write(data)
@@ -75,27 +85,36 @@ async def _serve() -> None:
     # Serve until the parent closes our stdin.
     await loop.run_in_executor(None, sys.stdin.read)
     server.close()
-    start = EchoProtocol.cpu_at_first_connection
-    print(json.dumps({"cpu": _cpu_seconds() - start if start is not None else 0.0}), flush=True)
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # -- client process ----------------------------------------------------------------------
 
 
-class ClientProtocol(asyncio.Protocol):
-    """Sends 1 KiB, waits for it to come back whole, repeats; counts round trips."""
+class Lane:
+    """The connections to one server, and the round trips they made in the current slice."""
 
-    def __init__(self, counter: list[int]) -> None:
-        self.counter = counter
+    def __init__(self) -> None:
+        self.connections: list[ClientProtocol] = []
+        self.active = False
+        self.count = 0
+        self.in_flight = 0
+        self.limit = 0  # stop after this many round trips (0: when the slice ends)
+        self.finished: asyncio.Future[None] | None = None
+        self.drained: asyncio.Future[None] | None = None
+
+
+class ClientProtocol(asyncio.Protocol):
+    """Sends 1 KiB, waits for it to come back whole, and repeats while its lane is active."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
         self.pending = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: Any = transport
+
+    def start(self) -> None:
+        self.lane.in_flight += 1
         self._send()
 
     def _send(self) -> None:
@@ -104,27 +123,75 @@ class ClientProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.pending -= len(data)
-        if self.pending <= 0:
-            self.counter[0] += 1
-            self._send()
+        if self.pending > 0:
+            return
+        lane = self.lane
+        if lane.active:
+            lane.count += 1
+            if lane.count != lane.limit:
+                self._send()
+                return
+            lane.active = False
+            assert lane.finished is not None
+            lane.finished.set_result(None)
+        lane.in_flight -= 1
+        if lane.in_flight == 0 and lane.drained is not None:
+            lane.drained.set_result(None)
 
 
-async def _client(port: int, concurrency: int, duration: float) -> dict[str, float]:
+async def _load(lane: Lane, seconds: float, round_trips: int = 0) -> float:
+    """Drive one server for ``seconds``, or for ``round_trips``; its round trips per second.
+    Round trips still in flight at the end are waited for but not counted, so that the next
+    slice starts quiet."""
     loop = asyncio.get_running_loop()
-    counter = [0]
-    transports = []
-    for _ in range(concurrency):
-        transport, _ = await loop.create_connection(
-            lambda: ClientProtocol(counter), "127.0.0.1", port
-        )
-        transports.append(transport)
-    await asyncio.sleep(min(0.2, duration / 4))  # warm-up
-    start_count, start = counter[0], time.perf_counter()
-    await asyncio.sleep(duration)
-    count, elapsed = counter[0] - start_count, time.perf_counter() - start
-    for transport in transports:
-        transport.close()
-    return {"requests": count, "seconds": elapsed, "total": counter[0]}
+    lane.count, lane.active, lane.limit = 0, True, round_trips
+    lane.finished = loop.create_future()
+    start = time.perf_counter()
+    for connection in lane.connections:
+        connection.start()
+    if round_trips:
+        await lane.finished
+    else:
+        await asyncio.sleep(seconds)
+    lane.active = False
+    rate = lane.count / (time.perf_counter() - start)
+    if lane.in_flight:
+        lane.drained = loop.create_future()
+        await lane.drained
+        lane.drained = None
+    return rate
+
+
+async def _client(
+    ports: list[int], concurrency: int, seconds: float, cycles: int, round_trips: int
+) -> Any:
+    """Load the servers in turn, one slice each per cycle; the rates, a list per cycle.
+
+    With ``round_trips``: load the one server for that many round trips, no warm-up.
+    """
+    loop = asyncio.get_running_loop()
+    lanes = [Lane() for _ in ports]
+    for lane, port in zip(lanes, ports, strict=True):
+        for _ in range(concurrency):
+            _, connection = await loop.create_connection(
+                lambda lane=lane: ClientProtocol(lane), "127.0.0.1", port
+            )
+            lane.connections.append(connection)
+    if round_trips:
+        return await _load(lanes[0], 0.0, round_trips)
+    for lane in lanes:  # warm-up
+        await _load(lane, seconds)
+    rates = []
+    for cycle in range(cycles):
+        shift = cycle % len(lanes)  # rotated, so that no server always follows the same one
+        rate = dict.fromkeys(range(len(lanes)), 0.0)
+        for index in list(range(shift, len(lanes))) + list(range(shift)):
+            rate[index] = await _load(lanes[index], seconds)
+        rates.append([rate[index] for index in range(len(lanes))])
+    for lane in lanes:
+        for connection in lane.connections:
+            connection.transport.close()
+    return rates
 
 
 def _client_loop() -> str:
@@ -138,53 +205,82 @@ def _client_loop() -> str:
 # -- driver ------------------------------------------------------------------------------
 
 
-def _measure(server_loop: str, concurrency: int, duration: float) -> float:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+def _environment() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+def _start_server(loop_name: str, prefix: list[str]) -> tuple[subprocess.Popen[str], int]:
     # asyncio reads into a fresh 256 KiB buffer per recv().  Whether glibc serves that from
     # mmap (three system calls a message) or from the heap depends on its dynamic threshold,
     # i.e. on what the process happened to allocate and free before: the same server then
     # runs at one speed or at a third of it.  Fixed thresholds give every column the heap,
     # kept between messages (no brk() to grow and trim it each time).
-    server_env = dict(env, MALLOC_MMAP_THRESHOLD_="1048576", MALLOC_TRIM_THRESHOLD_="8388608")
+    env = dict(_environment(), MALLOC_MMAP_THRESHOLD_="1048576", MALLOC_TRIM_THRESHOLD_="8388608")
     server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bench_aio", "--serve", server_loop],
+        [*prefix, sys.executable, "-m", "benchmarks.bench_aio", "--serve", loop_name],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=server_env,
+        env=env,
         text=True,
     )
-    try:
-        assert server.stdout is not None and server.stdin is not None
-        port = int(server.stdout.readline())
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.bench_aio",
-                "--client",
-                str(port),
-                str(concurrency),
-                str(duration),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=duration + 60,
-        ).stdout
-        result = json.loads(out)
+    assert server.stdout is not None
+    return server, int(server.stdout.readline())
+
+
+def _stop_server(server: subprocess.Popen[str]) -> None:
+    if server.stdin is not None:
         server.stdin.close()
-        cpu = json.loads(server.stdout.readline())["cpu"]
-        print("cpu us/rt", server_loop, concurrency, round(cpu / result["total"] * 1e6, 3), round(result["requests"] / result["seconds"]), file=sys.stderr)
-        return float(result["requests"] / result["seconds"])
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _run_client(
+    ports: list[int], concurrency: int, seconds: float, cycles: int = 0, round_trips: int = 0
+) -> Any:
+    args = [",".join(map(str, ports)), str(concurrency), str(seconds), str(cycles)]
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_aio", "--client", *args, str(round_trips)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=_environment(),
+        timeout=len(ports) * (cycles + 1) * (seconds + 1) + 600,
+    ).stdout
+    return json.loads(out)
+
+
+def _measure(columns: list[str], concurrency: int, seconds: float, cycles: int) -> list[Any]:
+    """Round trips per second of every column's server, a list per cycle (see _client)."""
+    servers = [_start_server(name, []) for name in columns]
+    try:
+        return list(_run_client([port for _, port in servers], concurrency, seconds, cycles))
     finally:
-        if server.stdin is not None and not server.stdin.closed:
-            server.stdin.close()
+        for server, _ in servers:
+            _stop_server(server)
+
+
+def _count_instructions(server_loop: str, concurrency: int, round_trips: int) -> float:
+    """Instructions the server executes per round trip, warm-up excluded (callgrind)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "callgrind.out"
+        valgrind = ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        server, port = _start_server(server_loop, valgrind)
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            _run_client([port], concurrency, 0.0, round_trips=2_000)  # warm-up, not counted
+            control = ["callgrind_control", str(server.pid)]
+            subprocess.run([*control, "--zero"], check=True, capture_output=True)
+            _run_client([port], concurrency, 0.0, round_trips=round_trips)
+            subprocess.run([*control, "--dump"], check=True, capture_output=True)
+        finally:
+            _stop_server(server)
+        # --dump writes callgrind.out.1 (the count since --zero); the exit writes callgrind.out.
+        for line in (Path(scratch) / "callgrind.out.1").read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1]) / round_trips
+    raise RuntimeError("callgrind wrote no instruction count")
 
 
 def _available(name: str) -> bool:
@@ -204,15 +300,72 @@ def _pin_to_cpu(index: int) -> None:
             os.sched_setaffinity(0, {cpus[index]})
 
 
+def _table_header(columns: list[str], unit: str, ratio: str) -> str:
+    header = f"{'clients':>8} " + " ".join(f"{name + ' ' + unit:>18}" for name in columns)
+    return header + " " + " ".join(f"{name + ' ' + ratio:>22}" for name in columns[1:])
+
+
+def _throughput(columns: list[str], args: argparse.Namespace) -> bool:
+    """Print the round-trip table; True when iopoll.aio meets its target."""
+    print(
+        f"TCP echo, 1 KiB messages, {args.cycles} cycles of {args.slice:g} s per server, "
+        f"client on {_client_loop()}, "
+        f"Python {sys.version.split()[0]}, iopoll's wait() in {_wait_language()}"
+    )
+    print("req/s: median over the cycles; ratio: median of the per-cycle ratios to asyncio")
+    print("(interquartile range)")
+    print(_table_header(columns, "req/s", "ratio"))
+    met = True
+    for concurrency in args.concurrency:
+        cycles = _measure(columns, concurrency, args.slice, args.cycles)
+        rates = {name: [cycle[index] for cycle in cycles] for index, name in enumerate(columns)}
+        row = f"{concurrency:>8} "
+        row += " ".join(f"{statistics.median(rates[name]):>18,.0f}" for name in columns)
+        for name in columns[1:]:
+            ratios = [mine / base for mine, base in zip(rates[name], rates["asyncio"], strict=True)]
+            low, median, high = statistics.quantiles(ratios, n=4, method="inclusive")
+            row += f" {median:>8.2f}x ({low:.2f}-{high:.2f})"
+            if name == "iopoll.aio" and median < TARGET:
+                met = False
+        print(row, flush=True)
+    print(f"Target iopoll.aio >= {TARGET:.2f}x asyncio on every row: {'met' if met else 'MISSED'}")
+    return met
+
+
+def _instructions(columns: list[str], args: argparse.Namespace) -> None:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("--instructions needs valgrind (callgrind and callgrind_control) on PATH")
+    print(
+        f"Instructions per round trip in the server (callgrind, user space), "
+        f"{args.round_trips:,} round trips after 2,000 to warm up, "
+        f"Python {sys.version.split()[0]}, iopoll's wait() in {_wait_language()}"
+    )
+    print(_table_header(columns, "instr", "vs asyncio"))
+    for concurrency in args.concurrency:
+        counts = {
+            name: _count_instructions(name, concurrency, args.round_trips) for name in columns
+        }
+        row = f"{concurrency:>8} " + " ".join(f"{counts[name]:>18,.0f}" for name in columns)
+        row += " " + " ".join(
+            f"{counts[name] / counts['asyncio']:>21.2f}x" for name in columns[1:]
+        )
+        print(row, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point (also the server and client processes)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="0.5 s per cell")
-    parser.add_argument("--duration", type=float, default=2.0, help="seconds per cell")
+    parser.add_argument("--quick", action="store_true", help="2 cycles of 0.1 s slices")
+    parser.add_argument("--slice", type=float, default=0.25, help="seconds per server per cycle")
+    parser.add_argument("--cycles", type=int, default=16, help="cycles per row (at least 2)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--repeats", type=int, default=3, help="best of this many runs per cell")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions (valgrind) instead"
+    )
+    parser.add_argument("--round-trips", type=int, default=10_000, help="with --instructions")
     parser.add_argument("--serve", choices=LOOPS, help=argparse.SUPPRESS)
-    parser.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.serve:
@@ -221,31 +374,27 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.client:
         _pin_to_cpu(1)
-        port, concurrency, duration = args.client
-        result = _run(_client_loop(), _client(int(port), int(concurrency), float(duration)))
-        print(json.dumps(result))
+        ports, concurrency, seconds, cycles, round_trips = args.client
+        load = _client(
+            [int(port) for port in ports.split(",")],
+            int(concurrency),
+            float(seconds),
+            int(cycles),
+            int(round_trips),
+        )
+        print(json.dumps(_run(_client_loop(), load)))
         return
 
-    duration = 0.5 if args.quick else args.duration
-    if args.quick:
-        args.repeats = 1
     columns = [name for name in LOOPS if _available(name)]
-    print(
-        f"TCP echo, 1 KiB messages, best of {args.repeats} x {duration:g} s per cell, "
-        f"client on {_client_loop()}, "
-        f"Python {sys.version.split()[0]}, iopoll's wait() in {_wait_language()}"
-    )
-    header = f"{'clients':>8} " + " ".join(f"{name + ' req/s':>18}" for name in columns)
-    header += " " + " ".join(f"{name + ' ratio':>18}" for name in columns[1:])
-    print(header)
-    for concurrency in args.concurrency:
-        rates = dict.fromkeys(columns, 0.0)
-        for _ in range(args.repeats):  # interleaved, so that noise hits every column alike
-            for name in columns:
-                rates[name] = max(rates[name], _measure(name, concurrency, duration))
-        row = f"{concurrency:>8} " + " ".join(f"{rates[name]:>18,.0f}" for name in columns)
-        row += " " + " ".join(f"{rates[name] / rates['asyncio']:>17.2f}x" for name in columns[1:])
-        print(row, flush=True)
+    if args.instructions:
+        _instructions(columns, args)
+        return
+    if args.quick:
+        args.cycles, args.slice = 2, 0.1
+    args.cycles = max(2, args.cycles)
+    met = _throughput(columns, args)
+    if args.check and not met:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

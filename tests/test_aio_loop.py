@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import selectors
 import signal
 import socket
 import ssl
@@ -17,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 import iopoll.aio
-from iopoll import Backend
+from iopoll import Backend, Event
 from iopoll.aio import IoPollSelector, Loop
 from iopoll_conformance.support import TLS_CERT, TLS_KEY
 
@@ -410,4 +412,79 @@ def test_every_backend_runs_streams_and_subprocess(backend: Backend) -> None:
         assert loop._selector.backend is backend  # type: ignore[attr-defined]
     finally:
         loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
+# -- Loop's own dispatch of the Context's watchers ----------------------------------------
+
+
+def _loops() -> list[tuple[str, Any]]:
+    # Loop() reads the watchers itself; Loop(IoPollSelector()) goes through asyncio's own
+    # _process_events on (key, events) pairs.  Both must behave the same.
+    return [("own selector", Loop), ("IoPollSelector", lambda: Loop(IoPollSelector()))]
+
+
+def test_loop_reads_watchers_only_from_its_own_selector() -> None:
+    own, given = Loop(), Loop(IoPollSelector())
+    try:
+        a, b = socket.socketpair()
+        with a, b:
+            for loop in (own, given):
+                loop._selector.register(a, selectors.EVENT_WRITE, (None, None))  # type: ignore[attr-defined]
+            (ready,) = own._selector.select(0)  # type: ignore[attr-defined]
+            assert ready.data.fd == a.fileno() and ready.triggered_events == Event.WRITE
+            ((key, mask),) = given._selector.select(0)  # type: ignore[attr-defined]
+            assert key.fd == a.fileno() and mask == selectors.EVENT_WRITE
+            for loop in (own, given):
+                loop._selector.unregister(a)  # type: ignore[attr-defined]
+    finally:
+        own.close()
+        given.close()
+
+
+@pytest.mark.parametrize(("name", "make_loop"), _loops(), ids=[name for name, _ in _loops()])
+def test_error_alone_wakes_a_writer_and_hang_up_alone_a_reader(name: str, make_loop: Any) -> None:
+    """A full pipe whose reader is gone is ERROR only (no WRITE), and an empty pipe whose
+    writer is gone is HANGUP only (no READ): both wake their callbacks, as the stdlib
+    selectors do, in the same iteration."""
+    loop = make_loop()
+    full_read, full_write = os.pipe()
+    empty_read, empty_write = os.pipe()
+    woken: list[str] = []
+    try:
+        os.set_blocking(full_write, False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(full_write, b"x" * 65536)
+        loop.add_writer(full_write, woken.append, "writer")
+        loop.add_reader(empty_read, woken.append, "reader")
+        os.close(full_read)
+        os.close(empty_write)
+        loop.call_later(0.5, loop.stop)
+        loop._run_once()
+        assert sorted(woken) == ["reader", "writer"]
+        loop.remove_writer(full_write)
+        loop.remove_reader(empty_read)
+    finally:
+        os.close(full_write)
+        os.close(empty_read)
+        loop.close()
+
+
+@pytest.mark.parametrize(("name", "make_loop"), _loops(), ids=[name for name, _ in _loops()])
+def test_cancelled_reader_handle_unregisters_its_fd_when_ready(name: str, make_loop: Any) -> None:
+    loop = make_loop()
+    a, b = socket.socketpair()
+    called: list[bool] = []
+    try:
+        handle = loop._add_reader(a.fileno(), called.append, True)
+        handle.cancel()  # cancelled without remove_reader(): dropped at the next report
+        b.send(b"wake")
+        loop.call_later(0.5, loop.stop)
+        loop._run_once()
+        assert called == []
+        assert a.fileno() not in loop._selector.get_map()
+    finally:
+        a.close()
+        b.close()
         loop.close()

@@ -7,6 +7,7 @@ made-up results instead.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the tables name
 def run(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     done = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -146,3 +147,37 @@ def test_floor_note_reads_the_polyfill_against_select_plus_fionread() -> None:
     assert select_note == note
     del rates[0, floor], rates[100, floor], rates[0, python_floor]
     assert roundtrip.floor_notes(made_up(rates)) == []
+
+
+def _aio_rows(output: str, concurrency: list[int]) -> list[list[str]]:
+    rows = [line.split() for line in output.splitlines() if line[:8].strip().isdigit()]
+    assert [int(row[0]) for row in rows] == concurrency, output
+    return rows
+
+
+def test_bench_aio_prints_paired_medians_and_the_target_line() -> None:
+    output = run("-m", "benchmarks.bench_aio", "--duration", "0.2", "--repeats", "2",
+                 "--concurrency", "1", "3")
+    assert "2 paired runs x 0.2 s per cell" in output
+    header = next(line for line in output.splitlines() if line.lstrip().startswith("clients"))
+    for column in ("asyncio req/s", "iopoll.aio req/s", "iopoll.aio ratio"):
+        assert column in header
+    for row in _aio_rows(output, [1, 3]):
+        rates = [float(cell.replace(",", "")) for cell in row[1:3]]
+        assert all(rate > 0 for rate in rates), row
+        ratio, spread = row[-4 if "uvloop ratio" in header else -2:][:2]
+        low, high = (float(x) for x in spread.strip("()").split("-"))
+        assert low <= float(ratio.rstrip("x")) <= high, row
+    assert "Target iopoll.aio >= 1.00x asyncio on every row: " in output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="needs valgrind")
+def test_bench_aio_counts_instructions_per_round_trip() -> None:
+    output = run("-m", "benchmarks.bench_aio", "--instructions", "--round-trips", "300",
+                 "--concurrency", "2")
+    assert "Instructions per round trip" in output
+    (row,) = _aio_rows(output, [2])
+    counts = [float(cell.replace(",", "")) for cell in row[1:3]]
+    # A round trip is a wait, a recv() and a send() at least: thousands of instructions.
+    assert all(count > 1000 for count in counts), row

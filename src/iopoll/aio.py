@@ -270,7 +270,7 @@ class IoPollSelector(selectors.BaseSelector):
             append((key, fold[watcher._triggered] & key.events))
         return result
 
-    def _wait(self, timeout: float | None) -> list[Watcher]:
+    def _wait(self, timeout: float | None = None) -> list[Watcher]:
         """``select()``'s wait: the Context's ready watchers, each with its key as data."""
         if timeout is not None:
             if timeout <= 0:
@@ -316,7 +316,13 @@ class _LoopSelector(IoPollSelector):
 
 
 class Loop(asyncio.SelectorEventLoop):
-    """An ``asyncio.SelectorEventLoop`` on an ``IoPollSelector`` (the default selector)."""
+    """An ``asyncio.SelectorEventLoop`` on an ``IoPollSelector`` (the default selector).
+
+    Made without a selector, it makes its own, whose ``select()`` hands over the Context's
+    ready watchers; ``_process_events`` dispatches those with asyncio's own checks, without
+    a ``(key, events)`` pair per ready fd.  A selector given to it is used as asyncio uses
+    any selector.
+    """
 
     def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
         if selector is None:
@@ -337,12 +343,12 @@ class Loop(asyncio.SelectorEventLoop):
             reader, writer = key.data
             if mask & EVENT_READ and reader is not None:
                 if reader._cancelled:
-                    self._remove_reader(key.fileobj)
+                    self._remove_reader(key.fileobj)  # type: ignore[attr-defined]
                 else:
                     add_ready(reader)
             if mask & EVENT_WRITE and writer is not None:
                 if writer._cancelled:
-                    self._remove_writer(key.fileobj)
+                    self._remove_writer(key.fileobj)  # type: ignore[attr-defined]
                 else:
                     add_ready(writer)
 
