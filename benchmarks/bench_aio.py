@@ -183,7 +183,7 @@ async def _client(
         await _load(lane, seconds)
     rates = []
     for cycle in range(cycles):
-        shift = cycle % len(lanes)  # rotated, so that no server always follows the same one
+        shift = cycle % len(lanes)  # rotated, so that no server always goes first
         rate = dict.fromkeys(range(len(lanes)), 0.0)
         for index in list(range(shift, len(lanes))) + list(range(shift)):
             rate[index] = await _load(lanes[index], seconds)

@@ -226,7 +226,8 @@ class EventRules:
             address = listener.getsockname()  # closed at once: nothing listens there now
         with socket.socket() as sock:
             sock.setblocking(False)
-            assert sock.connect_ex(address) == errno.EINPROGRESS
+            if sock.connect_ex(address) != errno.EINPROGRESS:  # some systems refuse at once
+                pytest.skip("connect() to a closed loopback port did not wait here")
             ctx.add(sock, api.Event.WRITE, "connecting")
             for _ in range(2):  # level: reported while the error is pending
                 triggered = reported(short_wait(ctx)).get("connecting", api.Event(0))
