@@ -167,7 +167,10 @@ async def _client(
 ) -> Any:
     """Load the servers in turn, one slice each per cycle; the rates, a list per cycle.
 
-    With ``round_trips``: load the one server for that many round trips, no warm-up.
+    With ``round_trips`` (counting instructions): 2,000 round trips to warm up, then a line
+    ``warm`` on stdout and a wait for a line on stdin, then ``round_trips`` more, then their
+    rate on stdout and a wait for the end of stdin before the connections close: the parent
+    reads the server's count between those points, so no set-up or teardown is in it.
     """
     loop = asyncio.get_running_loop()
     lanes = [Lane() for _ in ports]
@@ -178,7 +181,11 @@ async def _client(
             )
             lane.connections.append(connection)
     if round_trips:
-        return await _load(lanes[0], 0.0, round_trips)
+        await _load(lanes[0], 0.0, 2_000)
+        await _tell_and_wait("warm", sys.stdin.readline)
+        rate = await _load(lanes[0], 0.0, round_trips)
+        await _tell_and_wait(json.dumps(rate), sys.stdin.read)
+        return rate
     for lane in lanes:  # warm-up
         await _load(lane, seconds)
     rates = []
@@ -192,6 +199,11 @@ async def _client(
         for connection in lane.connections:
             connection.transport.close()
     return rates
+
+
+async def _tell_and_wait(line: str, read: Any) -> None:
+    print(line, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, read)
 
 
 def _client_loop() -> str:
@@ -228,6 +240,7 @@ def _start_server(loop_name: str, prefix: list[str]) -> tuple[subprocess.Popen[s
 
 
 def _stop_server(server: subprocess.Popen[str]) -> None:
+    """Close the process's stdin, which tells it to finish, and wait for it."""
     if server.stdin is not None:
         server.stdin.close()
     try:
@@ -237,12 +250,10 @@ def _stop_server(server: subprocess.Popen[str]) -> None:
         server.wait()
 
 
-def _run_client(
-    ports: list[int], concurrency: int, seconds: float, cycles: int = 0, round_trips: int = 0
-) -> Any:
-    args = [",".join(map(str, ports)), str(concurrency), str(seconds), str(cycles)]
+def _run_client(ports: list[int], concurrency: int, seconds: float, cycles: int) -> Any:
+    args = [",".join(map(str, ports)), str(concurrency), str(seconds), str(cycles), "0"]
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_aio", "--client", *args, str(round_trips)],
+        [sys.executable, "-m", "benchmarks.bench_aio", "--client", *args],
         check=True,
         capture_output=True,
         text=True,
@@ -267,14 +278,26 @@ def _count_instructions(server_loop: str, concurrency: int, round_trips: int) ->
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
         valgrind = ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        control = ["callgrind_control"]
         server, port = _start_server(server_loop, valgrind)
+        args = [str(port), str(concurrency), "0", "0", str(round_trips)]
+        client = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_aio", "--client", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_environment(),
+            text=True,
+        )
         try:
-            _run_client([port], concurrency, 0.0, round_trips=2_000)  # warm-up, not counted
-            control = ["callgrind_control", str(server.pid)]
-            subprocess.run([*control, "--zero"], check=True, capture_output=True)
-            _run_client([port], concurrency, 0.0, round_trips=round_trips)
-            subprocess.run([*control, "--dump"], check=True, capture_output=True)
+            assert client.stdin is not None and client.stdout is not None
+            assert client.stdout.readline().strip() == "warm"
+            subprocess.run([*control, "--zero", str(server.pid)], check=True, capture_output=True)
+            client.stdin.write("go\n")
+            client.stdin.flush()
+            client.stdout.readline()  # the measured round trips are done
+            subprocess.run([*control, "--dump", str(server.pid)], check=True, capture_output=True)
         finally:
+            _stop_server(client)
             _stop_server(server)
         # --dump writes callgrind.out.1 (the count since --zero); the exit writes callgrind.out.
         for line in (Path(scratch) / "callgrind.out.1").read_text().splitlines():
@@ -382,7 +405,9 @@ def main(argv: list[str] | None = None) -> None:
             int(cycles),
             int(round_trips),
         )
-        print(json.dumps(_run(_client_loop(), load)))
+        result = _run(_client_loop(), load)
+        if not int(round_trips):  # with round_trips, _client has printed its result
+            print(json.dumps(result))
         return
 
     columns = [name for name in LOOPS if _available(name)]
