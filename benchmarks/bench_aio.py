@@ -239,15 +239,15 @@ def _start_server(loop_name: str, prefix: list[str]) -> tuple[subprocess.Popen[s
     return server, int(server.stdout.readline())
 
 
-def _stop_server(server: subprocess.Popen[str]) -> None:
+def _finish(process: subprocess.Popen[str]) -> None:
     """Close the process's stdin, which tells it to finish, and wait for it."""
-    if server.stdin is not None:
-        server.stdin.close()
+    if process.stdin is not None:
+        process.stdin.close()
     try:
-        server.wait(timeout=30)
+        process.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+        process.kill()
+        process.wait()
 
 
 def _run_client(ports: list[int], concurrency: int, seconds: float, cycles: int) -> Any:
@@ -270,7 +270,7 @@ def _measure(columns: list[str], concurrency: int, seconds: float, cycles: int) 
         return list(_run_client([port for _, port in servers], concurrency, seconds, cycles))
     finally:
         for server, _ in servers:
-            _stop_server(server)
+            _finish(server)
 
 
 def _count_instructions(server_loop: str, concurrency: int, round_trips: int) -> float:
@@ -297,8 +297,8 @@ def _count_instructions(server_loop: str, concurrency: int, round_trips: int) ->
             client.stdout.readline()  # the measured round trips are done
             subprocess.run([*control, "--dump", str(server.pid)], check=True, capture_output=True)
         finally:
-            _stop_server(client)
-            _stop_server(server)
+            _finish(client)
+            _finish(server)
         # --dump writes callgrind.out.1 (the count since --zero); the exit writes callgrind.out.
         for line in (Path(scratch) / "callgrind.out.1").read_text().splitlines():
             if line.startswith(("summary:", "totals:")):
@@ -315,8 +315,9 @@ def _available(name: str) -> bool:
 
 
 def _pin_to_cpu(index: int) -> None:
-    # Server and client each get a core of their own: left to the scheduler, they sometimes
-    # share one and sometimes not, and the figures jump between two modes (3x apart here).
+    # The servers (one busy at a time) get one core and the client the other: left to the
+    # scheduler, a server and the client sometimes share a core and sometimes not, and the
+    # figures jump between two modes (3x apart here).
     if hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) >= 2:
