@@ -418,10 +418,12 @@ def test_every_backend_runs_streams_and_subprocess(backend: Backend) -> None:
 # -- Loop's own dispatch of the Context's watchers ----------------------------------------
 
 
-def _loops() -> list[tuple[str, Any]]:
-    # Loop() reads the watchers itself; Loop(IoPollSelector()) goes through asyncio's own
-    # _process_events on (key, events) pairs.  Both must behave the same.
-    return [("own selector", Loop), ("IoPollSelector", lambda: Loop(IoPollSelector()))]
+# Loop() reads the watchers itself; Loop(IoPollSelector()) goes through asyncio's own
+# _process_events on (key, events) pairs.  Both must behave the same.
+BOTH_DISPATCHES = [
+    pytest.param(Loop, id="own selector"),
+    pytest.param(lambda: Loop(IoPollSelector()), id="IoPollSelector"),
+]
 
 
 def test_loop_reads_watchers_only_from_its_own_selector() -> None:
@@ -442,8 +444,8 @@ def test_loop_reads_watchers_only_from_its_own_selector() -> None:
         given.close()
 
 
-@pytest.mark.parametrize(("name", "make_loop"), _loops(), ids=[name for name, _ in _loops()])
-def test_error_alone_wakes_a_writer_and_hang_up_alone_a_reader(name: str, make_loop: Any) -> None:
+@pytest.mark.parametrize("make_loop", BOTH_DISPATCHES)
+def test_error_alone_wakes_a_writer_and_hang_up_alone_a_reader(make_loop: Any) -> None:
     """A full pipe whose reader is gone is ERROR only (no WRITE), and an empty pipe whose
     writer is gone is HANGUP only (no READ): both wake their callbacks, as the stdlib
     selectors do, in the same iteration."""
@@ -471,8 +473,8 @@ def test_error_alone_wakes_a_writer_and_hang_up_alone_a_reader(name: str, make_l
         loop.close()
 
 
-@pytest.mark.parametrize(("name", "make_loop"), _loops(), ids=[name for name, _ in _loops()])
-def test_cancelled_reader_handle_unregisters_its_fd_when_ready(name: str, make_loop: Any) -> None:
+@pytest.mark.parametrize("make_loop", BOTH_DISPATCHES)
+def test_cancelled_reader_handle_unregisters_its_fd_when_ready(make_loop: Any) -> None:
     loop = make_loop()
     a, b = socket.socketpair()
     called: list[bool] = []

@@ -325,14 +325,11 @@ class Loop(asyncio.SelectorEventLoop):
     """
 
     def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
-        if selector is None:
-            selector = _LoopSelector()
-        self._select_gives_watchers = type(selector) is _LoopSelector
-        super().__init__(selector)
+        super().__init__(_LoopSelector() if selector is None else selector)
 
     def _process_events(self, event_list: list[Any]) -> None:
         # asyncio's own _process_events, on watchers: the same checks in the same order.
-        if not self._select_gives_watchers:
+        if type(self._selector) is not _LoopSelector:  # type: ignore[attr-defined]
             super()._process_events(event_list)  # type: ignore[misc]
             return
         add_ready = self._ready.append  # type: ignore[attr-defined]
