@@ -40,9 +40,9 @@ TARGET = 1.0  # iopoll.aio's median paired ratio to stock asyncio, on every row
 
 
 def _wait_language() -> str:
-    import iopoll._backend
+    import iopoll._native
 
-    return "C" if iopoll._backend.ACCELERATED else "pure Python"
+    return "C" if iopoll._native.ACCELERATED else "pure Python"
 
 
 def _loop_factory(name: str) -> Any:

@@ -484,9 +484,9 @@ def format_targets(results: Results) -> str:
 
 
 def _wait_language() -> str:
-    import iopoll._backend
+    import iopoll._native
 
-    return "C" if iopoll._backend.ACCELERATED else "pure Python"
+    return "C" if iopoll._native.ACCELERATED else "pure Python"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

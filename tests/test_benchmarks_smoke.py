@@ -60,7 +60,7 @@ def test_roundtrip_module_prints_every_column_and_row() -> None:
     assert len(targets) == 4
     assert "SKIP" in targets[2]  # flatness needs N=0 and N=10,000
     # The benchmark imports iopoll from src/: the C code is there only if it was built in place.
-    accelerated = run("-c", "import iopoll._backend as b; print(b.ACCELERATED)").strip()
+    accelerated = run("-c", "import iopoll._native as b; print(b.ACCELERATED)").strip()
     language = "C" if accelerated == "True" else "pure Python"
     assert f"iopoll's wait() in {language}." in output
     floor = [line for line in output.splitlines() if line.startswith("floor: ")]

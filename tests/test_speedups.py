@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import iopoll
-import iopoll._backend
+import iopoll._native
 import pure_iopoll
 from _iopoll_core.context import Context as EngineContext
 from iopoll import Event
@@ -45,10 +45,10 @@ def _python(code: str, **env: str) -> str:
 
 @needs_speedups
 def test_the_c_code_is_in_use_when_built() -> None:
-    assert iopoll._backend.ACCELERATED is (
+    assert iopoll._native.ACCELERATED is (
         os.environ.get("IOPOLL_PURE_PYTHON", "") in ("", "0")
     )
-    if iopoll._backend.ACCELERATED:
+    if iopoll._native.ACCELERATED:
         assert type(iopoll.Context.__dict__["wait"]).__name__ == "method_descriptor"
         assert type(iopoll.Watcher.__dict__["data"]).__name__ == "getset_descriptor"
 
@@ -56,7 +56,7 @@ def test_the_c_code_is_in_use_when_built() -> None:
 @pytest.mark.parametrize(("value", "accelerated"), [("1", False), ("0", BUILT), ("", BUILT)])
 def test_iopoll_pure_python_leaves_the_c_code_out(value: str, accelerated: bool) -> None:
     code = (
-        "import iopoll, iopoll._backend as b; "
+        "import iopoll, iopoll._native as b; "
         "print(b.ACCELERATED, 'wait' in iopoll.Context.__dict__, "
         "'data' in iopoll.Watcher.__dict__)"
     )

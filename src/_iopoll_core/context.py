@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
 from .arguments import FOREVER, MAX_EVENTS_LIMIT, check_max_events, timeout_seconds
-from .backend import BackendBase, Mechanism
+from .backend import BackendBase
 from .errors import (
     BackendUnavailableError,
     FailedContextInitializationError,
@@ -45,6 +45,7 @@ from .errors import (
 )
 from .events import DecodeTable, ErrorCode, Event, coerce_events, decode_bits
 from .handles import Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
+from .mechanism import Mechanism
 from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
 __all__ = ["Context"]

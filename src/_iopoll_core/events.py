@@ -48,17 +48,6 @@ class ErrorCode(enum.IntEnum):
     NOSUPPORT = 11
 
 
-# Events a stream handle may be watched for; the rest belong to handle kinds not built yet.
-STREAM_EVENTS = (
-    Event.READ
-    | Event.WRITE
-    | Event.ERROR
-    | Event.HANGUP
-    | Event.READ_HANGUP
-    | Event.ONESHOT
-    | Event.EDGE_TRIGGERED
-    | Event.PRIORITY
-)
 NON_STREAM_EVENTS = Event.TIMER | Event.NOTIFY | Event.SIGNAL | Event.PROCESS
 MODES = Event.ONESHOT | Event.EDGE_TRIGGERED
 NO_EVENTS = Event(0)

@@ -38,9 +38,9 @@ import sys
 import time
 from typing import ClassVar
 
-from .backend import Mechanism
 from .errors import Refusal, raised_by_backend
 from .events import DecodeTable, ErrorCode, Event, decode_table
+from .mechanism import Mechanism
 
 __all__ = ["FD_SETSIZE", "SelectMechanism"]
 
@@ -151,7 +151,6 @@ def _peek(fd: int, kinds: dict[int, int]) -> int:
 class SelectMechanism(Mechanism):
     """``select.select()``: level-triggered, fds below ``FD_SETSIZE`` only."""
 
-    max_timeout: ClassVar[float] = 2_147_483.0
     invalid_fd_bit: ClassVar[int] = _INVALID
     decode: ClassVar[DecodeTable] = decode_table(
         [

@@ -26,7 +26,7 @@ from _iopoll_core.errors import (
 from _iopoll_core.events import ErrorCode, Event
 from _iopoll_core.handles import Handle, StreamPollHandle
 
-from ._backend import Backend, Context, Watcher
+from ._native import Backend, Context, Watcher
 
 __version__ = "0.1.0"
 

@@ -18,8 +18,8 @@ import functools
 import select
 from typing import ClassVar
 
-from _iopoll_core.backend import Mechanism
 from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table
+from _iopoll_core.mechanism import Mechanism
 
 __all__ = ["EpollMechanism"]
 
@@ -49,10 +49,7 @@ class EpollMechanism(Mechanism):
     supports_edge_triggering: ClassVar[bool] = True
     supports_priority: ClassVar[bool] = True
     supports_read_hangup: ClassVar[bool] = True
-    honours_max_events: ClassVar[bool] = True
     disarms_reported_oneshots: ClassVar[bool] = True
-    # epoll_wait takes an int of milliseconds.
-    max_timeout: ClassVar[float] = 2_147_483.0
     errno_codes: ClassVar[dict[int, ErrorCode]] = {errno.EPERM: ErrorCode.NOSUPPORT}
     decode: ClassVar[DecodeTable] = decode_table(
         [

@@ -16,8 +16,8 @@ from __future__ import annotations
 import select
 from typing import Any, ClassVar
 
-from _iopoll_core.backend import Mechanism
 from _iopoll_core.events import DecodeTable, Event, decode_table
+from _iopoll_core.mechanism import Mechanism
 
 __all__ = ["KqueueMechanism", "filter_changes", "readiness", "merge_kevents"]
 
@@ -80,7 +80,6 @@ class KqueueMechanism(Mechanism):
     """``select.kqueue``: O(ready) waits and edge-triggering (``EV_CLEAR``)."""
 
     supports_edge_triggering: ClassVar[bool] = True
-    max_timeout: ClassVar[float] = 2_147_483.0
     decode: ClassVar[DecodeTable] = decode_table(
         [(bit.value, bit) for bit in (Event.READ, Event.WRITE, Event.ERROR, Event.HANGUP)]
     )

@@ -13,8 +13,8 @@ import select
 import sys
 from typing import ClassVar
 
-from _iopoll_core.backend import Mechanism
 from _iopoll_core.events import DecodeTable, Event, decode_table
+from _iopoll_core.mechanism import Mechanism
 
 __all__ = ["PollMechanism"]
 
@@ -44,7 +44,6 @@ class PollMechanism(Mechanism):
     supports_priority: ClassVar[bool] = sys.platform != "darwin"  # macOS poll() lacks POLLPRI
     supports_read_hangup: ClassVar[bool] = bool(_POLLRDHUP)
     invalid_fd_bit: ClassVar[int] = select.POLLNVAL
-    max_timeout: ClassVar[float] = 2_147_483.0
     decode: ClassVar[DecodeTable] = decode_table(
         [
             (select.POLLIN, Event.READ),

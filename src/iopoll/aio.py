@@ -38,7 +38,7 @@ from _iopoll_core.errors import (
 from _iopoll_core.events import ErrorCode, Event
 from _iopoll_core.watcher import Watcher
 
-from ._backend import Backend, Context
+from ._native import Backend, Context
 
 __all__ = ["IoPollSelector", "Loop", "new_event_loop", "run"]
 

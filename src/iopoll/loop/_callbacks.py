@@ -218,5 +218,3 @@ class FdEntry:
         except (OSError, ValueError):
             return False
 
-
-INFINITY = math.inf

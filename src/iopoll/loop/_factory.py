@@ -34,7 +34,7 @@ class DriverFactory:
 
     @staticmethod
     def _default() -> Driver:
-        from .._backend import Backend
+        from .._native import Backend
 
         if Backend.AUTO.resolve() is Backend.SELECT:
             from ._selectors_driver import SelectorsDriver

@@ -14,7 +14,7 @@ from _iopoll_core.errors import (
 )
 from _iopoll_core.events import Event
 
-from .._backend import Backend, Context
+from .._native import Backend, Context
 from ._callbacks import READ, WRITE, FdEntry
 from ._driver import MAX_WAIT, AbstractDriver
 

@@ -6,8 +6,9 @@ import os
 import select
 import sys
 
-from _iopoll_core.backend import BackendBase, Mechanism
+from _iopoll_core.backend import BackendBase
 from _iopoll_core.context import Context as _EngineContext
+from _iopoll_core.mechanism import Mechanism
 from _iopoll_core.select_mechanism import SelectMechanism
 from _iopoll_core.watcher import Watcher as _EngineWatcher
 

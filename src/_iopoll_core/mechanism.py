@@ -1,0 +1,66 @@
+"""``Mechanism``: the interface one OS readiness backend implements for the ``Context``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from .events import DecodeTable, ErrorCode
+
+__all__ = ["Mechanism"]
+
+
+class Mechanism:
+    """One OS readiness mechanism, as the ``Context`` sees it.
+
+    A subclass only talks to the OS and translates between its flags and ``Event`` bits;
+    every piece of bookkeeping (watchers, one-shot state, leftovers, closed streams) lives in
+    the ``Context``.  Methods raise ``OSError`` when a system call fails, or ``Refusal``
+    when the backend declines without one.
+    """
+
+    # Capabilities, read by ``Backend.supports_*()`` and by the Context's validation.
+    supports_edge_triggering: ClassVar[bool] = False
+    supports_priority: ClassVar[bool] = False
+    supports_read_hangup: ClassVar[bool] = False
+    # True when the OS disarms a one-shot fd as it reports it (EPOLLONESHOT); otherwise
+    # the Context calls ``disarm`` after reporting it.
+    disarms_reported_oneshots: ClassVar[bool] = False
+    # Raw bit that means "this fd is not open" (POLLNVAL): reported once as ERROR, then the
+    # Context drops the registration.
+    invalid_fd_bit: ClassVar[int] = 0
+    # Longest timeout, in seconds, one ``poll`` call accepts; the Context loops for longer.
+    # epoll_wait() and poll() take an int of milliseconds: 2**31 - 1 ms, rounded down.
+    max_timeout: ClassVar[float] = 2_147_483.0
+    # errno values this backend gives a meaning other than the generic mapping.
+    errno_codes: ClassVar[dict[int, ErrorCode]] = {}
+    # Raw readiness bits -> Event.
+    decode: ClassVar[DecodeTable]
+
+    def register(self, fd: int, events: int) -> None:
+        """Start watching ``fd`` for ``events`` (``Event`` bits, modes included)."""
+        raise NotImplementedError
+
+    def modify(self, fd: int, events: int) -> None:
+        """Change what ``fd`` is watched for; also re-arms an fd that ``disarm`` dropped."""
+        raise NotImplementedError
+
+    def unregister(self, fd: int) -> bool:
+        """Stop watching ``fd``.
+
+        Returns False when the OS might still hold a registration for it (epoll, once the
+        fd was closed while a ``dup`` keeps the file open); the Context then rebuilds.
+        """
+        raise NotImplementedError
+
+    def disarm(self, fd: int) -> None:
+        """Stop reporting a one-shot ``fd`` until ``modify`` re-arms it."""
+        raise NotImplementedError
+
+    # Wait up to ``timeout`` seconds (-1: forever) for at most ``max_events`` fds (-1: the
+    # backend's default batch) and return ``(fd, raw bits)`` pairs.  An attribute, not a
+    # method, so that epoll can hand the Context its C function with no Python frame between.
+    poll: Callable[[float, int], list[tuple[int, int]]]
+
+    def close(self) -> None:
+        """Release the OS object."""
