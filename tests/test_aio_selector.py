@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import selectors
 import socket
 import tempfile
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from fd_limit import raised_fd_limit
 from iopoll import Backend
 from iopoll.aio import IoPollSelector
 
@@ -226,22 +226,18 @@ def test_failed_modify_unregisters(backend: Backend) -> None:
 
 
 def test_select_above_fd_setsize_is_refused_at_register() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 1100:
-        pytest.skip("RLIMIT_NOFILE hard limit below 1100")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
     fds: list[int] = []
-    try:
-        while not fds or fds[-1] < 1024:
-            fds.append(os.open(os.devnull, os.O_RDONLY))
-        with IoPollSelector(Backend.SELECT) as sel:
-            with pytest.raises(ValueError, match="FD_SETSIZE"):
-                sel.register(fds[-1], R)
-            assert len(sel.get_map()) == 0
-    finally:
-        for fd in fds:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with raised_fd_limit(1100):
+        try:
+            while not fds or fds[-1] < 1024:
+                fds.append(os.open(os.devnull, os.O_RDONLY))
+            with IoPollSelector(Backend.SELECT) as sel:
+                with pytest.raises(ValueError, match="FD_SETSIZE"):
+                    sel.register(fds[-1], R)
+                assert len(sel.get_map()) == 0
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 # -- bookkeeping -----------------------------------------------------------------------

@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 import asyncio
-import resource
 import ssl
 import time
 
 import pytest
 
 import iopoll.aio
+from fd_limit import raised_fd_limit
 from iopoll_conformance.support import TLS_CERT, TLS_KEY
 
 CONNECTIONS = 2000
@@ -22,13 +22,8 @@ NEEDED_FDS = 2 * CONNECTIONS + 200
 
 @pytest.fixture
 def many_fds() -> object:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < NEEDED_FDS:
-        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {NEEDED_FDS}")
-    if soft != resource.RLIM_INFINITY and soft < NEEDED_FDS:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (NEEDED_FDS, hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with raised_fd_limit(NEEDED_FDS):
+        yield
 
 
 @pytest.mark.timeout(180)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import socket
 import threading
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fd_limit import raised_fd_limit
 from iopoll import Backend, Context
 from iopoll import loop as facade
 from iopoll.loop import (
@@ -65,35 +65,29 @@ def test_selectors_driver_handle_is_its_selector() -> None:
 def test_more_than_1024_fds(backend: Backend) -> None:
     if backend is Backend.SELECT:
         pytest.skip("select() cannot watch fds >= FD_SETSIZE")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 2 * 1100 + 64
-    if soft < wanted:
-        if hard != resource.RLIM_INFINITY and hard < wanted:
-            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {wanted}")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    pairs = [socket.socketpair() for _ in range(1100)]
-    d = IoPollDriver(backend)
-    try:
-        for a, _ in pairs:
-            d.unreference(d.on_readable(a, lambda cid, s: None))
-        reader, writer = pairs[-1]
-        assert reader.fileno() > 1024
-        got: list[bytes] = []
+    with raised_fd_limit(2 * 1100 + 64):
+        pairs = [socket.socketpair() for _ in range(1100)]
+        d = IoPollDriver(backend)
+        try:
+            for a, _ in pairs:
+                d.unreference(d.on_readable(a, lambda cid, s: None))
+            reader, writer = pairs[-1]
+            assert reader.fileno() > 1024
+            got: list[bytes] = []
 
-        def fn(cid: str, stream: Any) -> None:
-            got.append(stream.recv(10))
-            d.cancel(cid)
+            def fn(cid: str, stream: Any) -> None:
+                got.append(stream.recv(10))
+                d.cancel(cid)
 
-        d.on_readable(reader, fn)
-        writer.send(b"high")
-        d.run()
-        assert got == [b"high"]
-    finally:
-        d.close()
-        for a, b in pairs:
-            a.close()
-            b.close()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            d.on_readable(reader, fn)
+            writer.send(b"high")
+            d.run()
+            assert got == [b"high"]
+        finally:
+            d.close()
+            for a, b in pairs:
+                a.close()
+                b.close()
 
 
 @pytest.mark.parametrize("path", ["regular", os.devnull])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import socket
 import time
 
@@ -14,6 +13,7 @@ import pytest
 import iopoll
 from _iopoll_core.errors import code_for_errno
 from _iopoll_core.events import decode_bits, decode_table
+from fd_limit import lowered_fd_limit, raised_fd_limit
 from iopoll import Backend, ErrorCode, Event
 from iopoll_conformance.groups._helpers_a import alarm
 
@@ -144,13 +144,8 @@ def test_reused_fd_number_with_a_stale_dup_reports_only_its_own_data() -> None:
 
 @pytest.fixture
 def many_fds() -> object:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 4096
-    if hard != resource.RLIM_INFINITY and hard < wanted:
-        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {wanted}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with raised_fd_limit(4096):
+        yield
 
 
 @pytest.mark.parametrize("backend", NATIVE, ids=lambda b: b.name)
@@ -247,24 +242,22 @@ def test_rebuild_refused_by_the_os_is_a_failed_add_with_toobig() -> None:
         number = a.fileno()
         a.close()  # without remove()
         c, d = socket.socketpair()
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         hog: list[int] = []
         try:
             if c.fileno() != number:
                 pytest.skip("the fd number was not reused")
-            resource.setrlimit(resource.RLIMIT_NOFILE, (max(64, d.fileno() + 1), hard))
-            try:
-                while True:
-                    hog.append(os.open(os.devnull, os.O_RDONLY))
-            except OSError:
-                pass
-            with pytest.raises(iopoll.FailedHandleAddError) as caught:
-                ctx.add(c, Event.READ)
-            assert caught.value.code is ErrorCode.TOOBIG
+            with lowered_fd_limit(max(64, d.fileno() + 1)):
+                try:
+                    while True:
+                        hog.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:
+                    pass
+                with pytest.raises(iopoll.FailedHandleAddError) as caught:
+                    ctx.add(c, Event.READ)
+                assert caught.value.code is ErrorCode.TOOBIG
         finally:
             for fd in hog:
                 os.close(fd)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
             c.close()
             d.close()
             b.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import math
 import os
-import resource
 import socket
 import struct
 import threading
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 import iopoll
+from fd_limit import raised_fd_limit
 from iopoll_polyfill import fallback
 
 # (module, make a SELECT context) for each implementation of the mechanism.
@@ -278,23 +278,17 @@ def test_empty_datagram_is_read_not_hangup(api: ModuleType, ctx: Any) -> None:
 def fd_at_least(number: int) -> Iterator[tuple[int, socket.socket]]:
     """A socket fd numbered ``number`` (RLIMIT_NOFILE raised within the hard limit), and
     the socket at the other end of it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = number + 16
-    if hard != resource.RLIM_INFINITY and hard < wanted:
-        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {wanted}")
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    a, b = socket.socketpair()
-    try:
-        os.dup2(b.fileno(), number)
+    with raised_fd_limit(number + 16):
+        a, b = socket.socketpair()
         try:
-            yield number, a
+            os.dup2(b.fileno(), number)
+            try:
+                yield number, a
+            finally:
+                os.close(number)
         finally:
-            os.close(number)
-    finally:
-        a.close()
-        b.close()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            a.close()
+            b.close()
 
 
 @pytest.mark.parametrize("as_object", [False, True])
