@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import iopoll
 from _iopoll_core.context import Context as _EngineContext
-from _iopoll_core.watcher import Watcher
+from _iopoll_core.watcher import Watcher as _EngineWatcher
 from iopoll import *  # noqa: F403  (every name of SPEC section 1)
+
+# After the star import, which brings iopoll.Watcher and its C ``data`` getter.
+Watcher = _EngineWatcher  # type: ignore[misc]
 
 __all__ = [*iopoll.__all__]
 
@@ -21,7 +24,7 @@ class Context(_EngineContext):  # type: ignore[no-redef]  # replaces the re-expo
 
     __slots__ = ()
     _backend_type = iopoll.Backend
-    _watcher_type = Watcher
+    _watcher_type = _EngineWatcher
 
     def __init__(self, backend: iopoll.Backend = iopoll.Backend.AUTO) -> None:
         super().__init__(backend)

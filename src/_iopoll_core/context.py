@@ -64,19 +64,11 @@ def _forget_contexts_after_fork() -> None:
     # The child shares the parent's epoll/kqueue object: touching it would change the
     # parent's registrations, so every inherited context becomes unusable here.
     for context in list(_contexts):
-        context._usable = None
-        context._refresh_fast_path()
+        context._use(context._mechanism, usable=False)
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_contexts_after_fork)
-
-
-def _alive(watcher: Watcher) -> bool:
-    try:
-        return watcher._probe() == watcher._fd
-    except (OSError, ValueError):
-        return False
 
 
 class Context(_Uncopyable):
@@ -140,7 +132,6 @@ class Context(_Uncopyable):
                 exc.errno,
             ) from exc
         self._backend = backend.resolve()
-        self._mechanism = self._usable = mechanism
         self._closed = False
         self._self_ref = weakref.ref(self)
         self._watchers = {}
@@ -149,7 +140,7 @@ class Context(_Uncopyable):
         self._leftovers = {}
         self._decode = mechanism.decode
         self._max_timeout = mechanism.max_timeout
-        self._refresh_fast_path()
+        self._use(mechanism)
         _contexts.add(self)
 
     # -- public API -------------------------------------------------------------------
@@ -180,12 +171,12 @@ class Context(_Uncopyable):
         self._closed = True
         for watcher in self._watchers.values():
             # A watcher whose stream was closed first stays retired: its remove() is a no-op.
-            watcher._state = REMOVED if _alive(watcher) else RETIRED
+            watcher._state = REMOVED if watcher._stream_open() else RETIRED
         self._watchers.clear()
         self._buffered.clear()
         self._leftovers.clear()
-        mechanism, self._mechanism, self._usable = self._mechanism, None, None
-        self._refresh_fast_path()
+        mechanism = self._mechanism
+        self._use(None)
         if mechanism is not None:
             mechanism.close()
 
@@ -225,7 +216,7 @@ class Context(_Uncopyable):
 
         existing = self._watchers.get(fd)
         if existing is not None:
-            if _alive(existing):
+            if existing._stream_open():
                 raise HandleAlreadyWatchedError(f"Handle already added (fd {fd})")
             self._retire(existing)
         try:
@@ -237,10 +228,7 @@ class Context(_Uncopyable):
 
         probe = fd_probe(handle)
         watcher = self._watcher_type._make(self._self_ref, fd, handle, probe, wanted, data)
-        self._watchers[fd] = watcher
-        if callable(getattr(getattr(handle, "stream", None), "pending", None)):
-            self._buffered[fd] = watcher
-            self._refresh_fast_path()
+        self._remember(watcher)
         return watcher
 
     def wait(
@@ -286,6 +274,7 @@ class Context(_Uncopyable):
             try:
                 for fd, bits in raw:
                     watcher = watchers[fd]
+                    # Watcher._stream_open(), inlined; an exception falls out below.
                     if watcher._oneshot or watcher._probe() != fd:
                         break
                     watcher._triggered = decode[bits]
@@ -298,21 +287,10 @@ class Context(_Uncopyable):
         return self._wait(timeout, microseconds, max_events)
 
     # iopoll's C accelerator (iopoll/_speedups.c) replaces wait() above with the same fast
-    # path in C; it calls _wait, _poll_failed and _finish_wait for everything else.
+    # path in C; it calls _wait, _poll_failed and _finish_wait for everything else, so their
+    # names and signatures are its interface.
 
-    def _poll_failed(self, exc: OSError) -> NoReturn:
-        """Raise what ``wait()`` raises for ``exc``, which the mechanism's poll raised."""
-        if not raised_by_backend(exc):
-            raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
-        raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
-
-    def _finish_wait(
-        self, raw: list[tuple[int, int]], seconds: float, started: float
-    ) -> list[Watcher]:
-        """The fast path's reports, when one needs care: decode them all in ``_collect``."""
-        mechanism = self._usable_mechanism(FailedPollWaitError)
-        ready = self._collect(mechanism, raw, MAX_EVENTS_LIMIT)
-        return self._wait_on(ready, seconds, started, None)
+    # -- wait() in general ---------------------------------------------------------------
 
     def _wait(
         self,
@@ -321,53 +299,90 @@ class Context(_Uncopyable):
         max_events: int | None,
     ) -> list[Watcher]:
         """``wait()`` in general: every timeout form, ``max_events``, buffered bytes."""
-        mechanism = self._usable
-        if mechanism is None:
-            self._raise_unusable(FailedPollWaitError)
+        self._usable_mechanism(FailedPollWaitError)
         seconds = timeout_seconds(timeout, microseconds)
         limit = MAX_EVENTS_LIMIT if max_events is None else check_max_events(max_events)
+        return self._wait_for(seconds, limit, None)
 
-        if not self._watchers:
-            # Nothing can become ready: PHP returns at once for "no timeout", and sleeps out
-            # a finite one (in chunks: time.sleep() overflows on absurd values).
-            deadline = time.monotonic() + seconds
-            while seconds > 0:
-                time.sleep(min(seconds, mechanism.max_timeout))
-                seconds = deadline - time.monotonic()
-            return []
-        started = time.monotonic() if seconds > 0 else 0.0
-        if self._buffered or self._leftovers or seconds > mechanism.max_timeout:
-            ready = self._wait_slowly(mechanism, seconds, limit)
-        else:
-            registered = len(self._watchers)
-            try:
-                raw = mechanism.poll(seconds, registered if registered < limit else limit)
-            except OSError as exc:
-                self._poll_failed(exc)
-            if not raw:
-                return []
-            ready = self._collect(mechanism, raw, limit)
-        # Leftovers and buffered watchers come and go here: the fast path may apply again.
-        self._refresh_fast_path()
-        return self._wait_on(ready, seconds, started, max_events)
-
-    def _wait_on(
-        self, ready: list[Watcher], seconds: float, started: float, max_events: int | None
+    def _finish_wait(
+        self, raw: list[tuple[int, int]], seconds: float, started: float
     ) -> list[Watcher]:
-        """Return ``ready``, or keep waiting if every report was about a retired watcher.
+        """The fast path's reports, when one needs care: ``_collect`` decodes them all, and
+        if none was about a live watcher the wait goes on for what is left of ``seconds``."""
+        ready = self._collect(self._usable_mechanism(FailedPollWaitError), raw, MAX_EVENTS_LIMIT)
+        if not ready and seconds > 0:
+            seconds = max(seconds - (time.monotonic() - started), 0.0)
+        return self._wait_for(seconds, MAX_EVENTS_LIMIT, ready)
 
-        (A closed stream seen through a dup, a reused fd number, or select()'s EBADF is no
-        reason to return early.)
+    def _wait_for(self, seconds: float, limit: int, ready: list[Watcher] | None) -> list[Watcher]:
+        """Poll until a watcher is ready or ``seconds`` (``FOREVER``: no limit) have passed.
+
+        ``ready`` is what a poll already made of its reports, or None.  A poll whose every
+        report was about a retired watcher (a closed stream seen through a dup, a reused fd
+        number, select()'s EBADF) is no reason to return early: the loop polls again for
+        the time that is left.  It is the one loop over the clock in the Context; a timeout
+        longer than one OS call can wait goes round it too.
         """
-        if ready or seconds == 0:
-            return ready
-        if seconds > 0:
-            seconds -= time.monotonic() - started
-            if seconds <= 0:
-                return ready
-        return self._wait(None if seconds < 0 else seconds, 0, max_events)
+        deadline = time.monotonic() + seconds if seconds > 0 else 0.0
+        while True:
+            if ready is None:
+                mechanism = self._usable_mechanism(FailedPollWaitError)
+                if not self._watchers:
+                    # Nothing can become ready: PHP returns at once for "no timeout", and
+                    # sleeps out a finite one (in chunks: time.sleep() overflows on absurd
+                    # values).
+                    if seconds > 0:
+                        time.sleep(min(seconds, mechanism.max_timeout))
+                else:
+                    ready = self._poll_watchers(mechanism, seconds, limit)
+            if ready or seconds == 0:
+                break
+            if seconds > 0:
+                seconds = deadline - time.monotonic()
+                if seconds <= 0:
+                    break
+            elif not self._watchers:
+                break  # FOREVER with nothing to wait for
+            ready = None
+        # Leftovers and buffered watchers come and go above: the fast path may apply again.
+        self._refresh_fast_path()
+        return ready or []
 
-    # -- wait() internals ----------------------------------------------------------------
+    def _poll_watchers(self, mechanism: Mechanism, seconds: float, limit: int) -> list[Watcher]:
+        """One poll of the OS, merged with what is ready without it, as watchers.
+
+        Watchers whose stream holds buffered bytes and reports left over from the last
+        ``max_events`` cut are ready already: the OS is then only asked what else is.
+        """
+        buffered = self._buffered_watchers() if self._buffered else []
+        leftovers = self._leftovers
+        if buffered or any(leftovers.values()):
+            seconds = 0.0
+        raw = self._poll(mechanism, seconds, limit)
+        if buffered:
+            return self._merge_buffered(mechanism, raw, buffered, limit)
+        if leftovers:
+            raw = self._leftovers_first(raw)
+        return self._collect(mechanism, raw, limit) if raw else []
+
+    def _poll(self, mechanism: Mechanism, seconds: float, limit: int) -> list[tuple[int, int]]:
+        """Ask the OS once, for no longer than one call of it can wait.
+
+        Every poll of the OS but the fast path's goes through here.
+        """
+        try:
+            return mechanism.poll(
+                min(seconds, mechanism.max_timeout), _os_batch(limit, len(self._watchers))
+            )
+        except OSError as exc:
+            self._poll_failed(exc)
+
+    def _poll_failed(self, exc: OSError) -> NoReturn:
+        """Raise what ``wait()`` raises for ``exc``, which the mechanism's poll raised."""
+        mechanism = self._mechanism
+        if not raised_by_backend(exc, None if mechanism is None else type(mechanism)):
+            raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
+        raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
 
     def _collect(
         self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int
@@ -381,7 +396,8 @@ class Context(_Uncopyable):
         watchers = self._watchers
         decode = mechanism.decode
         invalid_fd_bit = mechanism.invalid_fd_bit
-        # Most mechanisms stop at the limit themselves: then no report needs cutting here.
+        # Only epoll stops at the batch it was asked for: poll() and select() report every
+        # ready fd, kqueue one kevent per filter.  The cut is made here.
         cut = len(raw) > limit
         ready: list[Watcher] = []
         found_stale = False
@@ -392,11 +408,7 @@ class Context(_Uncopyable):
                 # No watcher, yet the OS reports it: a registration we could not delete.
                 found_stale = True
                 continue
-            try:
-                alive = watcher._probe() == fd
-            except (OSError, ValueError):
-                alive = False
-            if not alive:
+            if not watcher._stream_open():
                 # Its stream was closed; the report came from a dup or a reused fd number.
                 self._retire(watcher)
                 found_stale = found_stale or fd in self._stale_fds
@@ -434,18 +446,6 @@ class Context(_Uncopyable):
             return bits
         return 0
 
-    def _wait_slowly(self, mechanism: Mechanism, seconds: float, limit: int) -> list[Watcher]:
-        """``wait()`` with buffered bytes, leftovers, or a timeout longer than one OS call."""
-        buffered = self._buffered_watchers()
-        if buffered or any(self._leftovers.values()):
-            seconds = 0.0
-        raw = self._poll_for(mechanism, seconds, limit)
-        if not buffered:
-            if self._leftovers:
-                raw = self._leftovers_first(raw)
-            return self._collect(mechanism, raw, limit) if raw else []
-        return self._merge_buffered(mechanism, raw, buffered, limit)
-
     def _merge_buffered(
         self, mechanism: Mechanism, raw: list[tuple[int, int]], buffered: list[Watcher], limit: int
     ) -> list[Watcher]:
@@ -480,7 +480,9 @@ class Context(_Uncopyable):
             watcher._triggered = read
             if watcher._oneshot:
                 watcher._armed = False
-                self._disarm(watcher)
+                usable = self._usable  # _collect above may have rebuilt the OS object
+                if usable is not None:
+                    usable.disarm(fd)
             ready.append(watcher)
         return ready
 
@@ -492,7 +494,7 @@ class Context(_Uncopyable):
                 continue
             if not watcher._events & Event.READ:
                 continue
-            if not _alive(watcher):
+            if not watcher._stream_open():
                 self._retire(watcher)
                 continue
             stream: Any = getattr(watcher._handle, "stream", None)
@@ -503,23 +505,6 @@ class Context(_Uncopyable):
             if pending > 0:
                 found.append(watcher)
         return found
-
-    def _poll_for(self, mechanism: Mechanism, seconds: float, limit: int) -> list[tuple[int, int]]:
-        """Poll the OS, looping when ``seconds`` is longer than one call can wait."""
-        os_limit = _os_batch(limit, len(self._watchers))
-        try:
-            if seconds <= mechanism.max_timeout:
-                return mechanism.poll(seconds, os_limit)
-            deadline = time.monotonic() + seconds
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                raw = mechanism.poll(min(remaining, mechanism.max_timeout), os_limit)
-                if raw:
-                    return raw
-        except OSError as exc:
-            self._poll_failed(exc)
 
     def _leftovers_first(self, raw: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Put what ``max_events`` cut last time ahead of the rest, so nothing starves."""
@@ -538,8 +523,9 @@ class Context(_Uncopyable):
     def _refresh_fast_path(self) -> None:
         """Let wait() take its fast path, unless something needs the general one.
 
-        Called wherever the usable mechanism, the buffered watchers or the leftovers change:
-        close, fork, rebuild, add, modify, remove, retire, and each general wait.
+        The mutators below (``_use``, ``_remember``, ``_forget``, ``_rebuild``) call it
+        wherever the usable mechanism or the buffered watchers change, and the general wait
+        when it is done with the leftovers: nothing else assigns those.
         """
         mechanism = self._usable
         if mechanism is None or self._buffered or self._leftovers:
@@ -547,11 +533,32 @@ class Context(_Uncopyable):
         else:
             self._fast_poll = mechanism.poll
 
+    def _use(self, mechanism: Mechanism | None, *, usable: bool = True) -> None:
+        """Make ``mechanism`` this context's OS object (None: closed), usable or not."""
+        self._mechanism = mechanism
+        self._usable = mechanism if usable else None
+        self._refresh_fast_path()
+
+    def _remember(self, watcher: Watcher) -> None:
+        """Record a new watcher under its fd."""
+        fd = watcher._fd
+        self._watchers[fd] = watcher
+        if callable(getattr(getattr(watcher._handle, "stream", None), "pending", None)):
+            self._buffered[fd] = watcher
+            self._refresh_fast_path()
+
+    def _forget(self, fd: int) -> None:
+        """Drop every record of ``fd``: its watcher, buffered bytes and left-over report."""
+        del self._watchers[fd]
+        self._buffered.pop(fd, None)
+        self._leftovers.pop(fd, None)
+        self._refresh_fast_path()
+
     def _check_alive(self, watcher: Watcher) -> bool:
         """Whether the watcher's stream is still open; retires it if not."""
         if watcher._state != ACTIVE:
             return False
-        if _alive(watcher):
+        if watcher._stream_open():
             return True
         self._retire(watcher)
         return False
@@ -562,10 +569,10 @@ class Context(_Uncopyable):
         fd = watcher._fd
         if self._watchers.get(fd) is not watcher:
             return
-        del self._watchers[fd]
-        self._buffered.pop(fd, None)
-        self._leftovers.pop(fd, None)
-        self._refresh_fast_path()
+        self._forget(fd)
+        self._unregister(fd)
+
+    def _unregister(self, fd: int) -> None:
         mechanism = self._usable
         if mechanism is not None and not mechanism.unregister(fd):
             self._stale_fds.add(fd)
@@ -576,29 +583,21 @@ class Context(_Uncopyable):
         assert old is not None
         fresh = type(old)()
         for fd, watcher in list(self._watchers.items()):
-            if not _alive(watcher):
+            if not watcher._stream_open():
                 watcher._state = RETIRED
-                del self._watchers[fd]
-                self._buffered.pop(fd, None)
+                self._forget(fd)
                 continue
             if watcher._armed:
                 try:
                     fresh.register(fd, watcher._events)
                 except (OSError, Refusal):
                     watcher._state = RETIRED
-                    del self._watchers[fd]
-                    self._buffered.pop(fd, None)
+                    self._forget(fd)
         old.close()
-        self._mechanism = self._usable = fresh
         self._stale_fds.clear()
         self._leftovers.clear()
-        self._refresh_fast_path()
+        self._use(fresh)
         return fresh
-
-    def _disarm(self, watcher: Watcher) -> None:
-        mechanism = self._usable
-        if mechanism is not None:
-            mechanism.disarm(watcher._fd)
 
     def _check_modifiable(self, watcher: Watcher) -> Mechanism:
         mechanism = self._usable_mechanism(FailedWatcherModificationError)
@@ -620,21 +619,16 @@ class Context(_Uncopyable):
         watcher._oneshot = bool(wanted & Event.ONESHOT)
         watcher._armed = True
         # Bits kept from before speak of the old events; the OS reports the new ones.
-        self._leftovers.pop(watcher._fd, None)
-        self._refresh_fast_path()
+        if self._leftovers.pop(watcher._fd, None) is not None:
+            self._refresh_fast_path()
 
     def _remove(self, watcher: Watcher) -> None:
-        mechanism = self._usable_mechanism(FailedWatcherModificationError)
+        self._usable_mechanism(FailedWatcherModificationError)
         if not self._check_alive(watcher):
             return  # its stream was closed: retired, and remove() of that is a no-op
-        fd = watcher._fd
         watcher._state = REMOVED
-        del self._watchers[fd]
-        self._buffered.pop(fd, None)
-        self._leftovers.pop(fd, None)
-        self._refresh_fast_path()
-        if not mechanism.unregister(fd):
-            self._stale_fds.add(fd)
+        self._forget(watcher._fd)
+        self._unregister(watcher._fd)
 
     # -- errors -----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno as errno_module
 import os
+import sys
 
 from .events import ErrorCode
 
@@ -127,22 +128,23 @@ def code_for_errno(number: int | None) -> ErrorCode:
     return ERRNO_CODES.get(number, ErrorCode.SYSTEM)
 
 
-# The engine and the native backends: frames from anywhere else are the caller's code.
-_PACKAGE_DIRS = (
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "iopoll") + os.sep,
-)
+_ENGINE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def raised_by_backend(exc: BaseException) -> bool:
+def raised_by_backend(exc: BaseException, mechanism: type | None) -> bool:
     """Whether ``exc`` came from the OS call itself, not from a signal handler run during it.
 
     PEP 475: a handler's exception leaves ``wait()`` unchanged, so only an error whose
-    traceback stays inside iopoll's own code is the backend's to report.
+    traceback stays inside the engine and the module of ``mechanism`` (the class of the
+    Mechanism that polled) is the backend's to report.  Frames from anywhere else are the
+    caller's code.
     """
+    module = sys.modules.get(mechanism.__module__) if mechanism is not None else None
+    where = getattr(module, "__file__", None)
+    dirs = (_ENGINE_DIR,) if where is None else (_ENGINE_DIR, os.path.dirname(where) + os.sep)
     frame = exc.__traceback__
     while frame is not None:
-        if not frame.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
+        if not frame.tb_frame.f_code.co_filename.startswith(dirs):
             return False
         frame = frame.tb_next
     return True

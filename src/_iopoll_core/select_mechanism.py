@@ -219,7 +219,7 @@ class SelectMechanism(Mechanism):
                     readers, writers, (), None if timeout < 0 else timeout
                 )
             except OSError as exc:
-                if exc.errno != errno.EBADF or not raised_by_backend(exc):
+                if exc.errno != errno.EBADF or not raised_by_backend(exc, type(self)):
                     raise
                 invalid = self._invalid_fds()
                 if not invalid:

@@ -11,25 +11,15 @@ poll and select.  The Python counterpart of PHP 8.6's ``Io\\Poll``.
             print(ready.data, ready.triggered_events)
 """
 
-from _iopoll_core.errors import (
-    BackendUnavailableError,
-    FailedContextInitializationError,
-    FailedHandleAddError,
-    FailedPollOperationError,
-    FailedPollWaitError,
-    FailedWatcherModificationError,
-    HandleAlreadyWatchedError,
-    InactiveWatcherError,
-    InvalidHandleError,
-    PollError,
-)
-from _iopoll_core.events import ErrorCode, Event
-from _iopoll_core.handles import Handle, StreamPollHandle
+from _iopoll_core.api import *  # noqa: F403  (the names every implementation shares)
 
-from ._native import Backend, Context, Watcher
+from ._native import Backend as Backend
+from ._native import Context as Context
+from ._native import Watcher as Watcher
 
 __version__ = "0.1.0"
 
+# SPEC section 1; tests/test_public_names.py holds it to docs/SPEC.md.
 __all__ = [
     "Backend",
     "BackendUnavailableError",

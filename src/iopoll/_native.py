@@ -18,6 +18,9 @@ __all__ = ["ACCELERATED", "Backend", "Context", "Watcher"]
 class Backend(BackendBase):
     """The OS mechanisms a ``Context`` can use; ``AUTO`` picks the best one here."""
 
+    # The members of SPEC section 1, in its order, here and in the other implementation's
+    # Backend: an enum with members cannot be subclassed, and type checkers need them
+    # written out.  tests/test_public_names.py holds both to SPEC.
     AUTO = "auto"
     POLL = "poll"
     EPOLL = "epoll"

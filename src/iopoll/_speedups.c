@@ -271,7 +271,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             goto finally;
         }
         seconds = Py_NewRef(timeout);
-        /* The clock is read only when the wait may have to be resumed (_wait_on). */
+        /* The clock is read only when the wait may have to be resumed (_finish_wait). */
         started = value > 0.0 ? PyObject_CallNoArgs(slots.monotonic) : Py_NewRef(slots.zero);
         if (started == NULL) {
             goto finally;

@@ -15,28 +15,8 @@ from typing import TYPE_CHECKING
 
 from . import fallback
 
-__all__ = [
-    "FD_SETSIZE",
-    "IMPLEMENTATION",
-    "Backend",
-    "BackendUnavailableError",
-    "Context",
-    "ErrorCode",
-    "Event",
-    "FailedContextInitializationError",
-    "FailedHandleAddError",
-    "FailedPollOperationError",
-    "FailedPollWaitError",
-    "FailedWatcherModificationError",
-    "Handle",
-    "HandleAlreadyWatchedError",
-    "InactiveWatcherError",
-    "InvalidHandleError",
-    "PollError",
-    "StreamPollHandle",
-    "Watcher",
-    "fallback",
-]
+__all__ = ["IMPLEMENTATION", "fallback"]
+__all__ += fallback.__all__
 
 
 def _native() -> ModuleType | None:
@@ -61,41 +41,7 @@ FD_SETSIZE = fallback.FD_SETSIZE
 if TYPE_CHECKING:
     # Type checkers see the polyfill's signatures (whole-second ``wait``): code that
     # passes them runs on both implementations.
-    from .fallback import (
-        Backend,
-        BackendUnavailableError,
-        Context,
-        ErrorCode,
-        Event,
-        FailedContextInitializationError,
-        FailedHandleAddError,
-        FailedPollOperationError,
-        FailedPollWaitError,
-        FailedWatcherModificationError,
-        Handle,
-        HandleAlreadyWatchedError,
-        InactiveWatcherError,
-        InvalidHandleError,
-        PollError,
-        StreamPollHandle,
-        Watcher,
-    )
+    from .fallback import *  # noqa: F403
 else:
     _source: ModuleType = fallback if _chosen is None else _chosen
-    Backend = _source.Backend
-    BackendUnavailableError = _source.BackendUnavailableError
-    Context = _source.Context
-    ErrorCode = _source.ErrorCode
-    Event = _source.Event
-    FailedContextInitializationError = _source.FailedContextInitializationError
-    FailedHandleAddError = _source.FailedHandleAddError
-    FailedPollOperationError = _source.FailedPollOperationError
-    FailedPollWaitError = _source.FailedPollWaitError
-    FailedWatcherModificationError = _source.FailedWatcherModificationError
-    Handle = _source.Handle
-    HandleAlreadyWatchedError = _source.HandleAlreadyWatchedError
-    InactiveWatcherError = _source.InactiveWatcherError
-    InvalidHandleError = _source.InvalidHandleError
-    PollError = _source.PollError
-    StreamPollHandle = _source.StreamPollHandle
-    Watcher = _source.Watcher
+    globals().update({name: getattr(_source, name) for name in fallback.__all__[1:]})

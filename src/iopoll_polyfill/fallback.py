@@ -6,25 +6,13 @@ This module is always the select implementation, whichever one ``iopoll_polyfill
 
 from __future__ import annotations
 
+from _iopoll_core.api import *  # noqa: F403  (the names every implementation shares)
 from _iopoll_core.backend import BackendBase
 from _iopoll_core.context import Context as _EngineContext
-from _iopoll_core.errors import (
-    BackendUnavailableError,
-    FailedContextInitializationError,
-    FailedHandleAddError,
-    FailedPollOperationError,
-    FailedPollWaitError,
-    FailedWatcherModificationError,
-    HandleAlreadyWatchedError,
-    InactiveWatcherError,
-    InvalidHandleError,
-    PollError,
-)
-from _iopoll_core.events import ErrorCode, Event
-from _iopoll_core.handles import Handle, StreamPollHandle
 from _iopoll_core.select_mechanism import FD_SETSIZE, SelectMechanism
-from _iopoll_core.watcher import Watcher
+from _iopoll_core.watcher import Watcher as Watcher
 
+# SPEC section 1 and FD_SETSIZE; tests/test_public_names.py holds it to docs/SPEC.md.
 __all__ = [
     "FD_SETSIZE",
     "Backend",
@@ -50,6 +38,9 @@ __all__ = [
 class Backend(BackendBase):
     """The backends of the iopoll API; only ``SELECT`` (and ``AUTO``) is available here."""
 
+    # The members of SPEC section 1, in its order, here and in the other implementation's
+    # Backend: an enum with members cannot be subclassed, and type checkers need them
+    # written out.  tests/test_public_names.py holds both to SPEC.
     AUTO = "auto"
     POLL = "poll"
     EPOLL = "epoll"
