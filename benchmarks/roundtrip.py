@@ -97,22 +97,18 @@ def _fd_drain(poll: Callable[[], list[tuple[int, int]]], sockets: Sequence[socke
     return drain
 
 
-def _bare_epoll(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
-    if not hasattr(select, "epoll"):
-        return "n/a (no epoll)"
-    epoll = select.epoll()
-    for sock in sockets:
-        epoll.register(sock.fileno(), select.EPOLLIN)
-    return _fd_drain(epoll.poll, sockets), epoll.close
+def _bare(name: str, flag: str) -> Setup:
+    """A column for ``select.<name>()`` used directly, registering each socket for ``flag``."""
 
+    def setup(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
+        if not hasattr(select, name):
+            return f"n/a (no {name})"
+        poller = getattr(select, name)()
+        for sock in sockets:
+            poller.register(sock.fileno(), getattr(select, flag))
+        return _fd_drain(poller.poll, sockets), getattr(poller, "close", lambda: None)
 
-def _bare_poll(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
-    if not hasattr(select, "poll"):
-        return "n/a (no poll)"
-    poller = select.poll()
-    for sock in sockets:
-        poller.register(sock.fileno(), select.POLLIN)
-    return _fd_drain(poller.poll, sockets), lambda: None
+    return setup
 
 
 def _bare_select(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
@@ -263,8 +259,8 @@ EPOLL_PYTHON_FLOOR = "epoll + Python floor"
 POLYFILL = "polyfill"
 
 COLUMNS: tuple[Column, ...] = (
-    Column(BARE_EPOLL, _bare_epoll),
-    Column("select.poll", _bare_poll),
+    Column(BARE_EPOLL, _bare("epoll", "EPOLLIN")),
+    Column("select.poll", _bare("poll", "POLLIN")),
     Column(BARE_SELECT, _bare_select),
     Column(SELECT_FIONREAD, _select_with_fionread),
     Column(EPOLL_SELECTOR, _epoll_selector),

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 
-__all__ = ["ErrorCode", "Event", "DecodeTable", "coerce_events", "decode_bits", "decode_table"]
+__all__ = [
+    "ErrorCode",
+    "Event",
+    "DecodeTable",
+    "coerce_events",
+    "decode_bits",
+    "decode_table",
+    "flag_encoder",
+]
 
 
 class Event(enum.IntFlag):
@@ -51,6 +60,23 @@ class ErrorCode(enum.IntEnum):
 NON_STREAM_EVENTS = Event.TIMER | Event.NOTIFY | Event.SIGNAL | Event.PROCESS
 MODES = Event.ONESHOT | Event.EDGE_TRIGGERED
 NO_EVENTS = Event(0)
+
+
+def flag_encoder(pairs: Iterable[tuple[Event, int]]) -> Callable[[int], int]:
+    """The function from ``Event`` bits to one OS's registration flags, given as
+    ``(event, flag)`` pairs; bits with no flag add nothing.  It caches every answer:
+    IntFlag arithmetic costs microseconds, and re-arming a one-shot is hot."""
+    table = tuple(pairs)
+
+    @functools.cache
+    def encode(events: int) -> int:
+        mask = 0
+        for event, flag in table:
+            if events & event:
+                mask |= flag
+        return mask
+
+    return encode
 
 
 # Raw readiness bits of one backend -> ``Event``.

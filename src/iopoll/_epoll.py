@@ -14,33 +14,25 @@ Why the choices:
 from __future__ import annotations
 
 import errno
-import functools
 import select
 from typing import ClassVar
 
-from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table
+from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table, flag_encoder
 from _iopoll_core.mechanism import Mechanism
 
 __all__ = ["EpollMechanism"]
 
-_TO_EPOLL = (
-    (Event.READ, select.EPOLLIN),
-    (Event.WRITE, select.EPOLLOUT),
-    (Event.PRIORITY, select.EPOLLPRI),
-    (Event.READ_HANGUP, select.EPOLLRDHUP),
-    (Event.ONESHOT, select.EPOLLONESHOT),
-    (Event.EDGE_TRIGGERED, select.EPOLLET),
+# The epoll registration mask for ``Event`` bits (EPOLLERR and EPOLLHUP are implied).
+epoll_mask = flag_encoder(
+    [
+        (Event.READ, select.EPOLLIN),
+        (Event.WRITE, select.EPOLLOUT),
+        (Event.PRIORITY, select.EPOLLPRI),
+        (Event.READ_HANGUP, select.EPOLLRDHUP),
+        (Event.ONESHOT, select.EPOLLONESHOT),
+        (Event.EDGE_TRIGGERED, select.EPOLLET),
+    ]
 )
-
-
-@functools.cache  # IntFlag arithmetic costs microseconds; re-arming a one-shot is hot
-def epoll_mask(events: int) -> int:
-    """The epoll registration mask for ``Event`` bits (ERROR and HANGUP are implied)."""
-    mask = 0
-    for event, flag in _TO_EPOLL:
-        if events & event:
-            mask |= flag
-    return mask
 
 
 class EpollMechanism(Mechanism):

@@ -8,34 +8,26 @@ Regular files and ``/dev/null`` are accepted and always ready.
 
 from __future__ import annotations
 
-import functools
 import select
 import sys
 from typing import ClassVar
 
-from _iopoll_core.events import DecodeTable, Event, decode_table
+from _iopoll_core.events import DecodeTable, Event, decode_table, flag_encoder
 from _iopoll_core.mechanism import Mechanism
 
 __all__ = ["PollMechanism"]
 
 _POLLRDHUP = getattr(select, "POLLRDHUP", 0)  # Linux only
 
-_TO_POLL = (
-    (Event.READ, select.POLLIN),
-    (Event.WRITE, select.POLLOUT),
-    (Event.PRIORITY, select.POLLPRI),
-    (Event.READ_HANGUP, _POLLRDHUP),
+# The poll() event mask for ``Event`` bits (POLLERR, POLLHUP and POLLNVAL are implied).
+poll_mask = flag_encoder(
+    [
+        (Event.READ, select.POLLIN),
+        (Event.WRITE, select.POLLOUT),
+        (Event.PRIORITY, select.POLLPRI),
+        (Event.READ_HANGUP, _POLLRDHUP),
+    ]
 )
-
-
-@functools.cache  # IntFlag arithmetic costs microseconds; re-arming a one-shot is hot
-def poll_mask(events: int) -> int:
-    """The poll() event mask for ``Event`` bits (POLLERR, POLLHUP, POLLNVAL are implied)."""
-    mask = 0
-    for event, flag in _TO_POLL:
-        if events & event:
-            mask |= flag
-    return mask
 
 
 class PollMechanism(Mechanism):
