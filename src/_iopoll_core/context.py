@@ -309,7 +309,8 @@ class Context(_Uncopyable):
     ) -> list[Watcher]:
         """The fast path's reports, when one needs care: ``_collect`` decodes them all, and
         if none was about a live watcher the wait goes on for what is left of ``seconds``."""
-        ready = self._collect(self._usable_mechanism(FailedPollWaitError), raw, MAX_EVENTS_LIMIT)
+        mechanism = self._usable_mechanism(FailedPollWaitError)
+        ready = self._collect_all(mechanism, raw, MAX_EVENTS_LIMIT)
         if not ready and seconds > 0:
             seconds = max(seconds - (time.monotonic() - started), 0.0)
         return self._wait_for(seconds, MAX_EVENTS_LIMIT, ready)
@@ -358,12 +359,14 @@ class Context(_Uncopyable):
         leftovers = self._leftovers
         if buffered or any(leftovers.values()):
             seconds = 0.0
-        raw = self._poll(mechanism, seconds, limit)
+        # Room for the left-out watchers as well: a level one is only ready again if the
+        # OS says so, and in a batch of ``limit`` it may not (after a rebuild it does not).
+        raw = self._poll(mechanism, seconds, min(limit + len(leftovers), MAX_EVENTS_LIMIT))
         if buffered:
             return self._merge_buffered(mechanism, raw, buffered, limit)
         if leftovers:
             raw = self._leftovers_first(raw)
-        return self._collect(mechanism, raw, limit) if raw else []
+        return self._collect_all(mechanism, raw, limit) if raw else []
 
     def _poll(self, mechanism: Mechanism, seconds: float, limit: int) -> list[tuple[int, int]]:
         """Ask the OS once, for no longer than one call of it can wait.
@@ -383,6 +386,27 @@ class Context(_Uncopyable):
         if not raised_by_backend(exc, None if mechanism is None else type(mechanism)):
             raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
         raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+
+    def _collect_all(
+        self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int
+    ) -> list[Watcher]:
+        """``_collect``, then as many more polls as reports about no live watcher cost.
+
+        A stale kernel entry or a closed stream's report takes a slot of the batch the OS
+        was asked for, and is dropped here: the watchers it crowded out are still ready and
+        must come out of this same wait (SPEC 4).  So the OS is asked again, at once, for
+        the room that is left.  Each round drops a dead watcher or rebuilds away a stale
+        entry, so the loop ends; it runs only after a stream was closed without remove().
+        """
+        ready = self._collect(mechanism, raw, limit)
+        while len(ready) < limit and len(raw) > len(ready):
+            usable = self._usable  # _collect may have rebuilt the OS object
+            if usable is None or not self._watchers:
+                break
+            reported = {watcher._fd for watcher in ready}
+            raw = [pair for pair in self._poll(usable, 0.0, limit) if pair[0] not in reported]
+            ready += self._collect(usable, raw, limit - len(ready))
+        return ready
 
     def _collect(
         self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int
@@ -578,26 +602,65 @@ class Context(_Uncopyable):
             self._stale_fds.add(fd)
 
     def _rebuild(self) -> Mechanism:
-        """Replace the OS object with a fresh one holding only the live watchers."""
+        """Replace the OS object with a fresh one holding only the live watchers.
+
+        The caller must not be able to tell (SPEC 4), which takes three steps:
+
+        - epoll reports an edge-triggered fd that is ready when it is registered, an edge
+          the watcher may have had reported already.  Edge watchers are registered first
+          and those first reports are read from the fresh object and dropped.
+        - What the old object has ready is read from it last: the edges it holds but has
+          not reported yet (a batch was full), which would be lost with it, and the order
+          of its ready list, which is how epoll gives a watcher left out by ``max_events``
+          its turn on the next call.  Both become leftovers, behind those already kept.
+          An edge that arrives between the two reads reaches both objects and may be
+          reported twice; none is lost.
+        """
         old = self._usable
         assert old is not None
+        registered = len(self._watchers) + len(self._stale_fds)
         fresh = type(old)()
+        edges, others = [], []
         for fd, watcher in list(self._watchers.items()):
             if not watcher._stream_open():
                 watcher._state = RETIRED
                 self._forget(fd)
-                continue
-            if watcher._armed:
-                try:
-                    fresh.register(fd, watcher._events)
-                except (OSError, Refusal):
-                    watcher._state = RETIRED
-                    self._forget(fd)
+            elif watcher._armed:
+                plain_edge = watcher._events & Event.EDGE_TRIGGERED and not watcher._oneshot
+                (edges if plain_edge else others).append(watcher)
+        edge_fds = {watcher._fd for watcher in edges}
+        self._register_all(fresh, edges)
+        if edges:
+            self._drain(fresh, len(edges))
+        self._register_all(fresh, others)
+        leftovers = self._leftovers
+        for fd, bits in self._drain(old, registered + 1):
+            watcher = self._watchers.get(fd)
+            if watcher is None or not watcher._armed:
+                continue  # a stale entry, or a one-shot the old object had disarmed
+            # Edge bits are kept; a level or one-shot watcher the fresh object reports.
+            leftovers[fd] = leftovers.get(fd, 0) | (bits if fd in edge_fds else 0)
         old.close()
         self._stale_fds.clear()
-        self._leftovers.clear()
         self._use(fresh)
         return fresh
+
+    def _register_all(self, mechanism: Mechanism, watchers: list[Watcher]) -> None:
+        """Register ``watchers`` with a fresh OS object; retire those it refuses."""
+        for watcher in watchers:
+            try:
+                mechanism.register(watcher._fd, watcher._events)
+            except (OSError, Refusal):
+                watcher._state = RETIRED
+                self._forget(watcher._fd)
+
+    @staticmethod
+    def _drain(mechanism: Mechanism, batch: int) -> list[tuple[int, int]]:
+        """What ``mechanism`` has to report right now (nothing, if it cannot say)."""
+        try:
+            return mechanism.poll(0.0, batch)
+        except OSError:
+            return []
 
     def _check_modifiable(self, watcher: Watcher) -> Mechanism:
         mechanism = self._usable_mechanism(FailedWatcherModificationError)

@@ -1,0 +1,168 @@
+"""SPEC 4: what the Context does behind the caller's back changes nothing a wait() reports.
+
+A stream closed without ``remove()`` leaves work for the Context: retiring its watcher and,
+on epoll when a ``dup`` keeps the file open, a kernel entry nothing can delete, which a
+reused fd number or a report of the entry makes it rebuild the epoll object.  Each test
+here found a bug in that work (the first soak of EPOLL): a stale entry hid a ready watcher
+from ``wait(0)``, a rebuild reported an edge again, and a rebuild cost a watcher left out
+by ``max_events`` its turn.  They run on every backend, on the C and the pure ``wait()``,
+and on the polyfill, where they hold trivially or through the same code.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import iopoll
+import pure_iopoll
+from iopoll import Event
+from iopoll_polyfill import fallback
+
+IMPLEMENTATIONS: list[Any] = [
+    *(
+        pytest.param((iopoll, b), id=f"iopoll-{b.name}")
+        for b in iopoll.Backend.available_backends()
+    ),
+    *(
+        pytest.param((pure_iopoll, b), id=f"pure-{b.name}")
+        for b in pure_iopoll.Backend.available_backends()
+    ),
+    pytest.param((fallback, fallback.Backend.SELECT), id="polyfill"),
+]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def ctx(request: pytest.FixtureRequest) -> Iterator[Any]:
+    api, backend = request.param
+    with api.Context(backend) as context:
+        yield context
+
+
+@pytest.fixture
+def pairs() -> Iterator[Callable[[], tuple[socket.socket, socket.socket]]]:
+    made: list[socket.socket] = []
+
+    def make() -> tuple[socket.socket, socket.socket]:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        made.extend((a, b))
+        return a, b
+
+    yield make
+    for sock in made:
+        sock.close()
+
+
+@pytest.fixture
+def keepers() -> Iterator[list[int]]:
+    """fds that keep a closed stream's file open, as a dup elsewhere in a program would."""
+    kept: list[int] = []
+    yield kept
+    for fd in kept:
+        os.close(fd)
+
+
+def close_behind_a_dup(sock: socket.socket, keepers: list[int]) -> None:
+    """Close ``sock`` without remove(), while a dup keeps its file (and epoll entry) alive."""
+    keepers.append(os.dup(sock.fileno()))
+    sock.close()
+
+
+def force_a_rebuild(ctx: Any, pairs: Any, keepers: list[int]) -> None:
+    """Watch a stream, close it behind a dup, and add a new stream on the same fd number."""
+    a, _ = pairs()
+    ctx.add(a, Event.READ)
+    number = a.fileno()
+    close_behind_a_dup(a, keepers)
+    c, d = pairs()
+    reused = c if c.fileno() == number else d if d.fileno() == number else None
+    if reused is None:
+        pytest.skip("the fd number was not reused")
+    ctx.add(reused, Event.READ)
+
+
+def test_a_stale_entry_does_not_hide_a_ready_watcher(
+    ctx: Any, pairs: Any, keepers: list[int]
+) -> None:
+    """The closed stream's report took the one slot of a batch sized for the live watchers:
+    ``wait(0)`` returned ``[]`` while another watcher was writable."""
+    a, b = pairs()
+    closed = ctx.add(a, Event.READ)
+    b.send(b"x")  # its entry is ready, and ahead of the writable one
+    c, _ = pairs()
+    writable = ctx.add(c, Event.WRITE)
+    close_behind_a_dup(a, keepers)
+    assert not closed.is_active()  # retired: one live watcher left, the entry stays
+    assert ctx.wait(0) == [writable]
+    assert ctx.wait(0) == [writable]
+
+
+def test_closed_streams_do_not_take_the_slots_of_ready_ones(
+    ctx: Any, pairs: Any, keepers: list[int]
+) -> None:
+    """Several unnoticed closed streams with bytes pending, then ready ones: one wait(0)
+    returns every ready watcher, and only those."""
+    closed = []
+    for _ in range(4):
+        a, b = pairs()
+        ctx.add(a, Event.READ)
+        b.send(b"x")
+        closed.append(a)
+    ready = {ctx.add(pairs()[0], Event.WRITE, data=i) for i in range(3)}
+    for a in closed:
+        close_behind_a_dup(a, keepers)
+    assert set(ctx.wait(0)) == ready
+    assert len(ctx) == 3
+
+
+def test_a_rebuild_does_not_report_an_edge_again(ctx: Any, pairs: Any, keepers: list[int]) -> None:
+    if not ctx.backend.supports_edge_triggering():
+        pytest.skip("no edge-triggering here")
+    x, y = pairs()
+    edge = ctx.add(x, Event.READ | Event.EDGE_TRIGGERED)
+    y.send(b"x")
+    assert ctx.wait(0) == [edge]
+    assert ctx.wait(0) == []  # not drained, but no new edge
+    force_a_rebuild(ctx, pairs, keepers)
+    assert edge not in ctx.wait(0)
+    y.send(b"y")  # a new edge is still reported
+    assert edge in ctx.wait(0)
+
+
+def test_a_rebuild_keeps_an_edge_left_out_by_max_events(
+    ctx: Any, pairs: Any, keepers: list[int]
+) -> None:
+    if not ctx.backend.supports_edge_triggering():
+        pytest.skip("no edge-triggering here")
+    edges = []
+    for i in range(3):
+        x, y = pairs()
+        edges.append(ctx.add(x, Event.READ | Event.EDGE_TRIGGERED, data=i))
+        y.send(b"x")
+    first = ctx.wait(0, max_events=1)
+    assert len(first) == 1
+    force_a_rebuild(ctx, pairs, keepers)
+    rest = [w for w in ctx.wait(0) if w in edges]
+    assert sorted(w.data for w in first + rest) == [0, 1, 2]  # each edge exactly once
+    assert [w for w in ctx.wait(0) if w in edges] == []
+
+
+def test_a_rebuild_keeps_the_turn_of_a_watcher_left_out_by_max_events(
+    ctx: Any, pairs: Any, keepers: list[int]
+) -> None:
+    watchers = []
+    for i in range(3):
+        a, b = pairs()
+        watchers.append(ctx.add(a, Event.READ, data=i))
+        b.send(b"x")
+    seen = [w.data for w in ctx.wait(0, max_events=1)]
+    force_a_rebuild(ctx, pairs, keepers)
+    for _ in range(2):
+        seen += [w.data for w in ctx.wait(0, max_events=1) if w in watchers]
+    assert sorted(seen) == [0, 1, 2]  # the rotation went on: nobody was served twice
