@@ -373,10 +373,10 @@ class Context(_Uncopyable):
 
         Every poll of the OS but the fast path's goes through here.
         """
+        # Room for the stale kernel entries too, which report like the watchers they were.
+        batch = _os_batch(limit, len(self._watchers)) + len(self._stale_fds)
         try:
-            return mechanism.poll(
-                min(seconds, mechanism.max_timeout), _os_batch(limit, len(self._watchers))
-            )
+            return mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
             self._poll_failed(exc)
 
@@ -396,17 +396,32 @@ class Context(_Uncopyable):
         was asked for, and is dropped here: the watchers it crowded out are still ready and
         must come out of this same wait (SPEC 4).  So the OS is asked again, at once, for
         the room that is left.  Each round drops a dead watcher or rebuilds away a stale
-        entry, so the loop ends; it runs only after a stream was closed without remove().
+        entry, so the loop ends (it stops as soon as a round changed neither); it runs only
+        after a stream was closed without remove().
         """
-        ready = self._collect(mechanism, raw, limit)
-        while len(ready) < limit and len(raw) > len(ready):
+        ready: list[Watcher] = []
+        while True:
+            watching = len(self._watchers)
+            try:
+                found = self._collect(mechanism, raw, limit - len(ready))
+            except FailedPollWaitError:
+                if ready:
+                    return ready  # a rebuild was refused: the next wait tries it again
+                # Refused, and the batch (the fast path's: one slot per watcher) held only
+                # stale reports.  One more poll, with room for them, finds what they hid;
+                # with nothing there either, the refusal is the answer.
+                return self._collect(mechanism, self._poll(mechanism, 0.0, limit), limit)
+            ready += found
+            if len(found) == len(raw) or len(ready) >= limit:
+                return ready  # nothing was dropped, or there is no room left
             usable = self._usable  # _collect may have rebuilt the OS object
-            if usable is None or not self._watchers:
-                break
+            if usable is None or (usable is mechanism and len(self._watchers) == watching):
+                return ready
+            mechanism = usable
             reported = {watcher._fd for watcher in ready}
-            raw = [pair for pair in self._poll(usable, 0.0, limit) if pair[0] not in reported]
-            ready += self._collect(usable, raw, limit - len(ready))
-        return ready
+            raw = [pair for pair in self._poll(mechanism, 0.0, limit) if pair[0] not in reported]
+            if not raw:
+                return ready
 
     def _collect(
         self, mechanism: Mechanism, raw: list[tuple[int, int]], limit: int
@@ -455,7 +470,10 @@ class Context(_Uncopyable):
             try:
                 self._rebuild()
             except OSError as exc:  # no fd left for a new epoll object (EMFILE)
-                raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+                if not ready:
+                    raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
+                # What is ready goes out now; the stale entry reports again, and the next
+                # wait tries the rebuild again.
         return ready
 
     @staticmethod
