@@ -287,14 +287,19 @@ def round_trips(drain: Drain, a: socket.socket, b: socket.socket, count: int) ->
 
 
 def raise_fd_limit(needed: int) -> bool:
-    """Raise the soft ``RLIMIT_NOFILE`` to ``needed`` if the hard limit allows it."""
+    """Raise the soft ``RLIMIT_NOFILE`` to ``needed``, and the hard one too where the process
+    may (root, up to the kernel's ``fs.nr_open``); False if it cannot."""
     if resource is None:
         return True
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return True
     if hard != resource.RLIM_INFINITY and hard < needed:
-        return False
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))
+        except (ValueError, OSError):  # not privileged, or above fs.nr_open
+            return False
+        return True
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
     return True
 

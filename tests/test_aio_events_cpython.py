@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import unittest
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -38,51 +38,140 @@ test_sendfile: Any = pytest.importorskip("test.test_asyncio.test_sendfile")
 test_utils: Any = pytest.importorskip("test.test_asyncio.utils")
 
 # What CPython's EPollEventLoopTests classes mix in, per module.
-SUITES: dict[str, tuple[type, ...]] = {
-    "Events": (test_events.UnixEventLoopTestsMixin, test_events.SubprocessTestsMixin),
-    "Sock": (test_sock_lowlevel.BaseSockTestsMixin,),
-    "Sendfile": (test_sendfile.SendfileTestsBase,),
-}
+EVENTS = (test_events.UnixEventLoopTestsMixin, test_events.SubprocessTestsMixin)
+SOCK = (test_sock_lowlevel.BaseSockTestsMixin,)
+SENDFILE = (test_sendfile.SendfileTestsBase,)
+_CaseT = TypeVar("_CaseT", bound=type)
 
 
-def _own_selector() -> Loop:
-    return Loop()
-
-
-def _on(backend: Backend) -> Callable[[], Loop]:
-    def make_loop() -> Loop:
-        return Loop(IoPollSelector(backend))
-
-    return make_loop
-
-
-LOOPS: dict[str, tuple[Callable[[], Loop], Backend | None]] = {
-    "": (_own_selector, None),
-    **{f"On{b.name.title()}": (_on(b), b) for b in Backend if b is not Backend.AUTO},
-}
-
-
-def _cases(suite: str, loop: str) -> type:
-    make_loop, backend = LOOPS[loop]
+def own_selector(cases: _CaseT) -> _CaseT:
+    """Run ``cases`` on ``Loop()``, whose own selector hands it the ready watchers."""
 
     def create_event_loop(self: unittest.TestCase) -> Loop:
-        return make_loop()
+        return Loop()
 
-    cases = type(
-        f"Test{suite}Loop{loop}",
-        (*SUITES[suite], test_utils.TestCase),
-        {"create_event_loop": create_event_loop},
-    )
-    if backend is not None:
-        if not backend.is_available():
-            cases = unittest.skip(f"Backend.{backend.name} is not available here")(cases)
-        # Through asyncio's own _process_events, the selector's select() is what differs by
-        # backend, and test_aio_selectors_cpython covers it on every version: one will do.
-        cases = pytest.mark.slow(cases)
+    cases.create_event_loop = create_event_loop  # type: ignore[attr-defined]
     return cases
 
 
-for _suite in SUITES:
-    for _loop in LOOPS:
-        _class = _cases(_suite, _loop)
-        globals()[_class.__name__] = _class
+def on(backend: Backend) -> Callable[[_CaseT], _CaseT]:
+    """Run the decorated cases on ``Loop(IoPollSelector(backend))``, skipped where that
+    backend is unavailable.  Marked slow: through asyncio's own ``_process_events`` what
+    differs by backend is the selector's ``select()``, which test_aio_selectors_cpython
+    covers on every version, so one version will do."""
+
+    def decorate(cases: _CaseT) -> _CaseT:
+        def create_event_loop(self: unittest.TestCase) -> Loop:
+            return Loop(IoPollSelector(backend))
+
+        cases.create_event_loop = create_event_loop  # type: ignore[attr-defined]
+        if not backend.is_available():
+            cases = unittest.skip(f"Backend.{backend.name} is not available here")(cases)
+        return pytest.mark.slow(cases)  # type: ignore[no-any-return]
+
+    return decorate
+
+
+@own_selector
+class TestEventsLoop(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@own_selector
+class TestSockLoop(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@own_selector
+class TestSendfileLoop(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.POLL)
+class TestEventsLoopOnPoll(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.EPOLL)
+class TestEventsLoopOnEpoll(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.KQUEUE)
+class TestEventsLoopOnKqueue(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.EVENT_PORTS)
+class TestEventsLoopOnEvent_Ports(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.WSAPOLL)
+class TestEventsLoopOnWsapoll(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.SELECT)
+class TestEventsLoopOnSelect(*EVENTS, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.POLL)
+class TestSockLoopOnPoll(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.EPOLL)
+class TestSockLoopOnEpoll(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.KQUEUE)
+class TestSockLoopOnKqueue(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.EVENT_PORTS)
+class TestSockLoopOnEvent_Ports(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.WSAPOLL)
+class TestSockLoopOnWsapoll(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.SELECT)
+class TestSockLoopOnSelect(*SOCK, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.POLL)
+class TestSendfileLoopOnPoll(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.EPOLL)
+class TestSendfileLoopOnEpoll(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.KQUEUE)
+class TestSendfileLoopOnKqueue(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.EVENT_PORTS)
+class TestSendfileLoopOnEvent_Ports(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.WSAPOLL)
+class TestSendfileLoopOnWsapoll(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
+
+
+@on(Backend.SELECT)
+class TestSendfileLoopOnSelect(*SENDFILE, test_utils.TestCase):  # type: ignore[misc]
+    pass
