@@ -638,7 +638,8 @@ class Context(_Uncopyable):
         assert old is not None
         registered = len(self._watchers) + len(self._stale_fds)
         fresh = type(old)()
-        edges, others = [], []
+        edges: list[Watcher] = []
+        others: list[Watcher] = []
         for fd, watcher in list(self._watchers.items()):
             if not watcher._stream_open():
                 watcher._state = RETIRED
@@ -653,8 +654,8 @@ class Context(_Uncopyable):
         self._register_all(fresh, others)
         leftovers = self._leftovers
         for fd, bits in self._drain(old, registered + 1):
-            watcher = self._watchers.get(fd)
-            if watcher is None or not watcher._armed:
+            live = self._watchers.get(fd)
+            if live is None or not live._armed:
                 continue  # a stale entry, or a one-shot the old object had disarmed
             # Edge bits are kept; a level or one-shot watcher the fresh object reports.
             leftovers[fd] = leftovers.get(fd, 0) | (bits if fd in edge_fds else 0)
