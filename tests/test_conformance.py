@@ -4,8 +4,10 @@
 once with its C accelerator (when built) and once without (``pure_iopoll``, marked slow: the
 pure-Python ``wait()`` is the same code on every Python version, so tox runs it on one, and
 ``tests/test_fast_path.py`` covers both paths on all); ``iopoll_polyfill.fallback`` on
-``SELECT``.  The fixtures come from the plugin
-``iopoll_conformance.plugin``, loaded through its ``pytest11`` entry point.
+``SELECT``.  Each class turns on the strict extras too (``strict_extras = True``): the
+behaviour SPEC does not state, which a third party's default run never checks, is still
+this project's own.  The fixtures come from the plugin ``iopoll_conformance.plugin``, loaded
+through its ``pytest11`` entry point.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class TestIopoll(ConformanceSuite):
     """Every rule group on every available ``iopoll`` backend."""
 
     impl = "iopoll"
+    strict_extras = True
 
 
 @pytest.mark.slow
@@ -26,9 +29,11 @@ class TestIopollPure(ConformanceSuite):
     """Every rule group on ``iopoll``'s pure-Python ``wait()`` (``tests/pure_iopoll.py``)."""
 
     impl = "pure_iopoll"
+    strict_extras = True
 
 
 class TestFallback(ConformanceSuite):
     """Every rule group on the pure select() implementation."""
 
     impl = "iopoll_polyfill.fallback"
+    strict_extras = True

@@ -21,7 +21,7 @@ import pytest
 import iopoll
 import pure_iopoll
 from iopoll import Backend, Event
-from iopoll_conformance.groups._helpers_a import in_child
+from iopoll_conformance.process import in_child
 from iopoll_conformance.support import tls_pair
 
 BACKENDS = Backend.available_backends()

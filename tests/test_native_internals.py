@@ -15,7 +15,7 @@ from _iopoll_core.errors import code_for_errno
 from _iopoll_core.events import decode_bits, decode_table
 from fd_limit import lowered_fd_limit, raised_fd_limit
 from iopoll import Backend, ErrorCode, Event
-from iopoll_conformance.groups._helpers_a import alarm
+from iopoll_conformance.process import alarm
 
 NATIVE = [b for b in Backend.available_backends() if b is not Backend.SELECT]
 

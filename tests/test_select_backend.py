@@ -26,6 +26,8 @@ import pytest
 
 import iopoll
 from fd_limit import raised_fd_limit
+from iopoll_conformance.streams import closing_all, drain, fill
+from iopoll_conformance.support import reported, socketpair, tcp_pair
 from iopoll_polyfill import fallback
 
 # (module, make a SELECT context) for each implementation of the mechanism.
@@ -53,29 +55,12 @@ def ctx(impl: tuple[ModuleType, Callable[[], Any]]) -> Iterator[Any]:
     context.close()
 
 
-def make_pair(kind: str) -> tuple[socket.socket, socket.socket]:
-    """A connected non-blocking stream pair: AF_UNIX or loopback TCP."""
-    if kind == "unix":
-        a, b = socket.socketpair()
-    else:
-        with socket.create_server(("127.0.0.1", 0)) as listener:
-            a = socket.create_connection(listener.getsockname())
-            b, _ = listener.accept()
-    a.setblocking(False)
-    b.setblocking(False)
-    return a, b
-
-
 @pytest.fixture(params=["unix", "tcp"])
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[socket.socket, socket.socket]]:
-    a, b = make_pair(request.param)
-    yield a, b
-    a.close()
-    b.close()
-
-
-def reported(watchers: list[Any]) -> dict[Any, Any]:
-    return {w.data: w.triggered_events for w in watchers}
+    """A connected non-blocking pair, AF_UNIX or loopback TCP, closed afterwards."""
+    ends = socketpair() if request.param == "unix" else tcp_pair()
+    with closing_all(*ends):
+        yield ends
 
 
 def wait_short(ctx: Any) -> dict[Any, Any]:
@@ -88,25 +73,6 @@ def reset(sock: socket.socket) -> None:
     if sock.family != socket.AF_UNIX:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
-
-
-def fill(sock: socket.socket) -> None:
-    """Write until the send buffer is full."""
-    chunk = b"x" * 65536
-    while True:
-        try:
-            sock.send(chunk)
-        except BlockingIOError:
-            return
-
-
-def drain(sock: socket.socket) -> None:
-    while True:
-        try:
-            if not sock.recv(1 << 20):
-                return
-        except BlockingIOError:
-            return
 
 
 # -- hang-up and reset, found by FIONREAD and MSG_PEEK (SPEC 7) ------------------------------
@@ -335,20 +301,39 @@ def test_native_epoll_takes_the_fd_select_refuses() -> None:
 # -- bytes nobody asked for: no spinning (SPEC 7) -------------------------------------------
 
 
-def cpu_and_wall(action: Callable[[], Any]) -> tuple[Any, float, float]:
-    cpu, wall = time.process_time(), time.monotonic()
-    result = action()
-    return result, time.process_time() - cpu, time.monotonic() - wall
+def cpu_and_wall(action: Callable[[], Any], meanwhile: Callable[[], Any] | None = None) -> Any:
+    """``action()``, the CPU and wall-clock seconds it took; ``meanwhile`` (if given) is run
+    by another thread 0.3 s into it."""
+    helper = threading.Timer(0.3, meanwhile) if meanwhile is not None else None
+    if helper is not None:
+        helper.start()
+    try:
+        cpu, wall = time.process_time(), time.monotonic()
+        result = action()
+        return result, time.process_time() - cpu, time.monotonic() - wall
+    finally:
+        if helper is not None:
+            helper.join()
+
+
+def watch_writer_with_unread_input(
+    api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket], full: bool = True
+) -> socket.socket:
+    """Watch the local end for WRITE only while it holds input nobody asked for (and, when
+    ``full``, while its send buffer is full, so it is not writable either); return the peer."""
+    local, peer = pair
+    peer.send(b"unread input")
+    if full:
+        fill(local)
+    ctx.add(local, api.Event.WRITE, "writer")
+    return peer
 
 
 def test_write_watcher_with_unread_input_and_full_buffer_does_not_spin(
     api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
     """Readable only with bytes it did not ask for, and not writable: wait(1) sleeps."""
-    local, peer = pair
-    peer.send(b"unread input")
-    fill(local)
-    ctx.add(local, api.Event.WRITE, "writer")
+    watch_writer_with_unread_input(api, ctx, pair)
     result, cpu, wall = cpu_and_wall(lambda: ctx.wait(1))
     assert result == []
     assert 0.9 <= wall < 3.0
@@ -358,9 +343,7 @@ def test_write_watcher_with_unread_input_and_full_buffer_does_not_spin(
 def test_write_watcher_with_unread_input_is_returned_at_once_when_writable(
     api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
-    local, peer = pair
-    peer.send(b"unread input")
-    ctx.add(local, api.Event.WRITE, "writer")
+    watch_writer_with_unread_input(api, ctx, pair, full=False)
     result, _, wall = cpu_and_wall(lambda: ctx.wait(1))
     assert reported(result) == {"writer": api.Event.WRITE}
     assert wall < 0.5
@@ -370,16 +353,8 @@ def test_write_watcher_with_unread_input_sees_buffer_drained_during_wait(
     api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
     """The unwanted bytes take the fd out of the read set, not out of the write set."""
-    local, peer = pair
-    peer.send(b"unread input")
-    fill(local)
-    ctx.add(local, api.Event.WRITE, "writer")
-    drainer = threading.Timer(0.3, drain, args=(peer,))
-    drainer.start()
-    try:
-        result, cpu, wall = cpu_and_wall(lambda: ctx.wait(5))
-    finally:
-        drainer.join()
+    peer = watch_writer_with_unread_input(api, ctx, pair)
+    result, cpu, wall = cpu_and_wall(lambda: ctx.wait(5), meanwhile=lambda: drain(peer))
     assert reported(result) == {"writer": api.Event.WRITE}
     assert 0.2 <= wall < 3.0
     assert cpu < 0.3
@@ -389,19 +364,11 @@ def test_unwanted_bytes_do_not_hide_other_watchers(
     api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
     """While one fd is parked, another that becomes ready ends the wait at once."""
-    local, peer = pair
-    peer.send(b"unread input")
-    fill(local)
-    ctx.add(local, api.Event.WRITE, "writer")
+    watch_writer_with_unread_input(api, ctx, pair)
     a, b = socket.socketpair()
     with a, b:
         ctx.add(b, api.Event.READ, "reader")
-        sender = threading.Timer(0.3, a.send, args=(b"wake",))
-        sender.start()
-        try:
-            result, cpu, wall = cpu_and_wall(lambda: ctx.wait(5))
-        finally:
-            sender.join()
+        result, cpu, wall = cpu_and_wall(lambda: ctx.wait(5), meanwhile=lambda: a.send(b"wake"))
         assert reported(result) == {"reader": api.Event.READ}
         assert 0.2 <= wall < 3.0
         assert cpu < 0.3

@@ -30,6 +30,8 @@ theirpkg.poll.
   IMPL             the module under test (imported from the current directory or sys.path)
   --backend NAME   test only this Backend member (default: every one in
                    IMPL.Backend.available_backends())
+  --strict-extras  also check what SPEC does not state (PHP details, this project's
+                   own choices): off by default, never needed to conform
   -h, --help       show this message
 
 Every other argument is passed to pytest, e.g. -x (stop at the first failure), -q, -v,

@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
-from .plugin import _import_implementation, implementation_name
+from .plugin import _import_implementation, implementation_name, strict_extras_enabled
+from .streams import closing_all
 from .support import Capabilities, socketpair, tcp_pair
 
 
 class SuiteFixtures:
-    """``api``, ``caps``, ``ctx``, ``pair`` and ``tcp`` for the suite's test classes.
+    """``api``, ``caps``, ``ctx``, ``pair``, ``tcp`` and ``strict_extras_on`` for the suite's
+    test classes.
 
     ``backend`` comes from the plugin, which parametrizes it per class.
     """
@@ -27,6 +29,11 @@ class SuiteFixtures:
     def api(self, request: pytest.FixtureRequest) -> ModuleType:
         """The implementation module under test."""
         return _import_implementation(implementation_name(request.config, request.cls))
+
+    @pytest.fixture
+    def strict_extras_on(self, request: pytest.FixtureRequest) -> bool:
+        """Whether behaviour SPEC does not state is checked too (``--strict-extras``)."""
+        return strict_extras_enabled(request.config, request.cls)
 
     @pytest.fixture
     def caps(self, api: ModuleType, backend: Any) -> Capabilities:
@@ -43,15 +50,13 @@ class SuiteFixtures:
     @pytest.fixture
     def pair(self) -> Iterator[tuple[Any, Any]]:
         """A non-blocking AF_UNIX socketpair, closed afterwards."""
-        a, b = socketpair()
-        yield a, b
-        a.close()
-        b.close()
+        ends = socketpair()
+        with closing_all(*ends):
+            yield ends
 
     @pytest.fixture
     def tcp(self) -> Iterator[tuple[Any, Any]]:
         """A connected non-blocking loopback TCP pair (client, server), closed afterwards."""
-        client, server = tcp_pair()
-        yield client, server
-        client.close()
-        server.close()
+        ends = tcp_pair()
+        with closing_all(*ends):
+            yield ends

@@ -8,6 +8,10 @@ installed, use ``-p iopoll_conformance.plugin``.
 The fixtures and the ``backend`` parametrization apply only to test classes built on the
 suite's rule groups (``ConformanceSuite`` or one of its mixins), so the plugin never touches
 other projects' tests that happen to use a fixture called ``backend``.
+
+The strict extras group (``iopoll_conformance.groups.extras``: behaviour SPEC does not state)
+is collected only with ``--strict-extras`` or for a suite class with ``strict_extras = True``
+(SPEC 8: the default run fails an implementation only for rules SPEC states).
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ GROUPS: dict[str, str] = {
     "files": "files",
     "closed": "closed streams",
     "differential": "differential",
+    "extras": "strict extras",
 }
 
 _GROUPS_PACKAGE = "iopoll_conformance.groups."
+_EXTRAS_MODULE = _GROUPS_PACKAGE + "extras"
 # The summary's column for tests that take no backend (handles, enum members, ...).
 NO_BACKEND = "(no backend)"
 
@@ -55,6 +61,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="test only this backend (a Backend member name); default: every available one",
     )
+    group.addoption(
+        "--strict-extras",
+        action="store_true",
+        default=False,
+        help="also check behaviour SPEC does not state (PHP details, this project's own "
+        "choices): the 'strict extras' group, and cases SPEC states for other backends only; "
+        "off by default, as such behaviour never fails an implementation (SPEC 8)",
+    )
 
 
 def is_suite_class(cls: type | None) -> bool:
@@ -68,6 +82,11 @@ def implementation_name(config: pytest.Config, cls: type | None) -> str:
     """The module under test: the class's ``impl``, else ``--iopoll-impl``, else iopoll."""
     name = getattr(cls, "impl", None) or config.getoption("--iopoll-impl") or "iopoll"
     return str(name)
+
+
+def strict_extras_enabled(config: pytest.Config, cls: type | None) -> bool:
+    """Whether the strict extras run: the class's ``strict_extras``, or ``--strict-extras``."""
+    return bool(getattr(cls, "strict_extras", False) or config.getoption("--strict-extras"))
 
 
 def _import_implementation(name: str) -> ModuleType:
@@ -115,17 +134,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Let ``-k`` choose rule groups: by module (``-k oneshot``) or mixin (``-k OneShotRules``)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the strict extras unless they are asked for, and let ``-k`` choose rule
+    groups: by module (``-k oneshot``) or mixin (``-k OneShotRules``)."""
+    kept: list[pytest.Item] = []
+    extras: list[pytest.Item] = []
     for item in items:
         cls = getattr(item, "cls", None)
         if cls is None or not is_suite_class(cls):
+            kept.append(item)
             continue
         name = getattr(item, "originalname", None) or item.name
         defining = defining_class(cls, name)
+        if defining.__module__ == _EXTRAS_MODULE and not strict_extras_enabled(config, cls):
+            extras.append(item)
+            continue
+        kept.append(item)
         item.extra_keyword_matches.add(defining.__name__)
         if defining.__module__.startswith(_GROUPS_PACKAGE):
             item.extra_keyword_matches.add(defining.__module__[len(_GROUPS_PACKAGE) :])
+    if extras:
+        config.hook.pytest_deselected(items=extras)
+        items[:] = kept
 
 
 # -- the summary by rule group --------------------------------------------------------------

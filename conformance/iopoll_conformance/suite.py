@@ -11,6 +11,7 @@ from .groups.differential import DifferentialRules
 from .groups.edge import EdgeRules
 from .groups.errors import ErrorRules
 from .groups.events import EventRules
+from .groups.extras import StrictExtraRules
 from .groups.files import FileRules
 from .groups.handles import HandleRules
 from .groups.lifecycle import LifecycleRules
@@ -33,6 +34,7 @@ class ConformanceSuite(
     FileRules,
     ClosedStreamRules,
     DifferentialRules,
+    StrictExtraRules,
 ):
     """Subclass this in a pytest module to run the whole suite against an implementation::
 
@@ -42,10 +44,13 @@ class ConformanceSuite(
         class TestMyPoll(ConformanceSuite):
             impl = "mypkg.poll"          # module exposing the iopoll names
             # backend_name = "EPOLL"     # optional: one backend instead of all available
+            # strict_extras = True       # optional: also what SPEC does not state
 
     Each rule group is a mixin in ``iopoll_conformance.groups``; this class inherits them
-    all, and new groups are added here.
+    all, and new groups are added here.  The strict extras group (``StrictExtraRules``)
+    runs only with ``strict_extras = True`` or ``--strict-extras``.
     """
 
     impl: str | None = None
     backend_name: str | None = None
+    strict_extras: bool = False

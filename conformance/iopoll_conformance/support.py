@@ -1,4 +1,9 @@
-"""Fixtures' building blocks: capabilities, OS objects and small helpers for the rules."""
+"""What every rule group builds on: the SPEC names, ``Capabilities``, the connected pairs the
+fixtures hand out, and the helpers that call ``wait()`` and read what it reported.
+
+Other streams, and the I/O the rules do on them, are in :mod:`iopoll_conformance.streams`;
+signals and forked children in :mod:`iopoll_conformance.process`.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,14 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 # The names every implementation exposes (SPEC section 1).
 SPEC_NAMES = (
@@ -106,6 +114,21 @@ def poll_now(ctx: Any, max_events: int | None = None) -> list[Any]:
 def reported(watchers: Iterable[Any]) -> dict[Any, Any]:
     """``{watcher.data: watcher.triggered_events}`` for a wait's result."""
     return {w.data: w.triggered_events for w in watchers}
+
+
+def waits(ctx: Any, count: int) -> list[dict[Any, Any]]:
+    """``reported()`` of ``count`` consecutive waits: one short wait, then zero-timeout ones.
+
+    The first wait gives late readiness its time; level state shows at once after that.
+    """
+    return [reported(short_wait(ctx) if i == 0 else poll_now(ctx)) for i in range(count)]
+
+
+def timed(call: Callable[[], _T]) -> tuple[_T, float]:
+    """Run ``call`` and return its result and the seconds it took (monotonic clock)."""
+    start = time.monotonic()
+    result = call()
+    return result, time.monotonic() - start
 
 
 TLS_CERT = str(Path(__file__).with_name("tls_cert.pem"))

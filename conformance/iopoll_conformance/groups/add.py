@@ -123,7 +123,7 @@ class AddRules:
         assert again.data == "again"
         ctx.close()
         assert not again.is_active()
-        with pytest.raises(api.InactiveWatcherError, match=r"(?i)inactive"):
+        with pytest.raises(api.InactiveWatcherError):
             again.remove()
 
     # -- bad handles -----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ..support import Capabilities, poll_now, reported, short_wait, socketpair
-from ._helpers_b import close_all, fd_idle, recv_exactly, tls_with_pending, wait_readable, waits
+from ..streams import close_all, fd_idle, recv_exactly, tls_with_pending, wait_readable
+from ..support import Capabilities, poll_now, reported, short_wait, socketpair, waits
 
 # PHP's stream read buffer maps to the bytes an ssl.SSLSocket holds decrypted (pending()):
 # tls_with_pending() leaves 9 of a 10-byte record there while the fd itself is idle.
@@ -22,6 +22,18 @@ def _pending_tls(count: int = 1) -> Iterator[list[tuple[Any, Any]]]:
         yield pairs
     finally:
         close_all(*(end for p in pairs for end in p))
+
+
+@contextmanager
+def _two_buffered_one_ready(api: Any, ctx: Any, pair: Any) -> Iterator[None]:
+    """READ watchers ``tls0`` and ``tls1`` with buffered bytes, and ``plain``, fd-readable."""
+    a, b = pair
+    with _pending_tls(2) as pairs:
+        for index, (client, _server) in enumerate(pairs):
+            ctx.add(client, api.Event.READ, f"tls{index}")
+        ctx.add(b, api.Event.READ, "plain")
+        a.send(b"x")
+        yield
 
 
 class BufferedRules:
@@ -85,12 +97,7 @@ class BufferedRules:
         Two buffered watchers and one fd-ready one: max_events 1 gives 1, 2 gives 2,
         the default and 3 give 3.
         """
-        a, b = pair
-        with _pending_tls(2) as pairs:
-            for index, (client, _server) in enumerate(pairs):
-                ctx.add(client, api.Event.READ, f"tls{index}")
-            ctx.add(b, api.Event.READ, "plain")
-            a.send(b"x")
+        with _two_buffered_one_ready(api, ctx, pair):
             every = {"tls0": api.Event.READ, "tls1": api.Event.READ, "plain": api.Event.READ}
             for _ in range(2):
                 result = ctx.wait(0, 200_000, max_events)
@@ -108,12 +115,7 @@ class BufferedRules:
         Two buffered watchers and one fd-ready one stay ready: three waits of one, or two
         waits of two, see all three (no watcher starves behind the buffered ones).
         """
-        a, b = pair
-        with _pending_tls(2) as pairs:
-            for index, (client, _server) in enumerate(pairs):
-                ctx.add(client, api.Event.READ, f"tls{index}")
-            ctx.add(b, api.Event.READ, "plain")
-            a.send(b"x")
+        with _two_buffered_one_ready(api, ctx, pair):
             seen: list[str] = []
             for _ in range(3 if max_events == 1 else 2):
                 result = reported(ctx.wait(0, 200_000, max_events))

@@ -6,21 +6,23 @@ import gc
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
 
-from ..support import poll_now, reported, short_wait, socketpair
-from ._helpers_b import close_all, recv_exactly, socketpair_on_fd, waits
+from ..streams import closing_all, recv_exactly, socketpair_on_fd
+from ..support import poll_now, reported, short_wait, socketpair, waits
 
 
 @contextmanager
-def _sockets(*objects: Any) -> Iterator[None]:
+def _dup_of(sock: socket.socket) -> Iterator[int]:
+    """A dup of ``sock``'s fd, closed on exit: it keeps the socket open after ``sock`` closes."""
+    duplicate = os.dup(sock.fileno())
     try:
-        yield
+        yield duplicate
     finally:
-        close_all(*objects)
+        os.close(duplicate)
 
 
 def _read_fd(fd: int, size: int) -> bytes:
@@ -42,7 +44,7 @@ class ClosedStreamRules:
         """
         a, b = socketpair()
         other_a, other_b = socketpair()
-        with _sockets(a, b, other_a, other_b):
+        with closing_all(a, b, other_a, other_b):
             watcher = ctx.add(b, api.Event.READ, "closed")
             ctx.add(other_a, api.Event.WRITE, "other")
             a.send(b"pending")
@@ -99,7 +101,7 @@ class ClosedStreamRules:
     def test_spec_6_8_closed_fired_oneshot(self, api: Any, ctx: Any) -> None:
         """SPEC 6.4 and 6.8: a fired one-shot whose stream closes is retired like any other."""
         a, b = socketpair()
-        with _sockets(a, b):
+        with closing_all(a, b):
             watcher = ctx.add(b, [api.Event.READ, api.Event.ONESHOT], "b")
             a.send(b"x")
             assert short_wait(ctx) == [watcher]
@@ -114,7 +116,7 @@ class ClosedStreamRules:
     def test_spec_6_8_closed_leftover_not_returned(self, api: Any, ctx: Any) -> None:
         """SPEC 4 and 6.8: a watcher left out by max_events whose stream closes never comes out."""
         pairs = [socketpair() for _ in range(3)]
-        with _sockets(*(end for p in pairs for end in p)):
+        with closing_all(*(end for p in pairs for end in p)):
             for index, (a, _b) in enumerate(pairs):
                 ctx.add(a, api.Event.WRITE, index)
             first = ctx.wait(0, 200_000, 1)
@@ -132,7 +134,7 @@ class ClosedStreamRules:
         The same stream watched in two contexts retires in both when it is closed.
         """
         a, b = socketpair()
-        with _sockets(a, b), api.Context(backend) as second:
+        with closing_all(a, b), api.Context(backend) as second:
             first_watcher = ctx.add(b, api.Event.READ, "first")
             second_watcher = second.add(b, api.Event.READ, "second")
             a.send(b"x")
@@ -155,7 +157,7 @@ class ClosedStreamRules:
     ) -> None:
         """B.65, php-src poll_stream_handle_close_then_free.phpt: any closing order is safe."""
         a, b = socketpair()
-        with _sockets(a, b):
+        with closing_all(a, b):
             context = api.Context(backend)
             watcher = context.add(b, api.Event.READ, "b")
             a.send(b"x")
@@ -198,21 +200,17 @@ class ClosedStreamRules:
         ``waited``: whether a wait had reported it (so the OS registration is live).
         """
         a, b = socketpair()
-        duplicate = os.dup(b.fileno())
-        with _sockets(a, b):
-            try:
-                watcher = ctx.add(b, api.Event.READ, "b")
-                a.send(b"before")
-                if waited:
-                    assert short_wait(ctx) == [watcher]
-                b.close()
-                assert waits(ctx, 2) == [{}, {}]
-                a.send(b"after")
-                assert waits(ctx, 2) == [{}, {}]
-                assert not watcher.is_active()
-                assert _read_fd(duplicate, 11) == b"beforeafter"
-            finally:
-                os.close(duplicate)
+        with closing_all(a, b), _dup_of(b) as duplicate:
+            watcher = ctx.add(b, api.Event.READ, "b")
+            a.send(b"before")
+            if waited:
+                assert short_wait(ctx) == [watcher]
+            b.close()
+            assert waits(ctx, 2) == [{}, {}]
+            a.send(b"after")
+            assert waits(ctx, 2) == [{}, {}]
+            assert not watcher.is_active()
+            assert _read_fd(duplicate, 11) == b"beforeafter"
 
     @pytest.mark.parametrize("observed", [False, True])
     def test_poll_stream_closed_fd_reuse(self, api: Any, ctx: Any, observed: bool) -> None:
@@ -223,7 +221,7 @@ class ClosedStreamRules:
         ``observed``: whether anything looked at the old watcher between close and reuse.
         """
         old, old_peer = socketpair()
-        with _sockets(old, old_peer):
+        with closing_all(old, old_peer):
             old_watcher = ctx.add(old, api.Event.READ, "old")
             old_peer.send(b"old data")
             assert short_wait(ctx) == [old_watcher]
@@ -232,7 +230,7 @@ class ClosedStreamRules:
             if observed:
                 assert short_wait(ctx) == []
             new, new_peer = socketpair_on_fd(number)
-            with _sockets(new, new_peer):
+            with closing_all(new, new_peer):
                 assert new.fileno() == number
                 new_watcher = ctx.add(new, api.Event.READ, "new")
                 assert not old_watcher.is_active()
@@ -258,30 +256,26 @@ class ClosedStreamRules:
         watcher; the new stream's own data is.
         """
         old, old_peer = socketpair()
-        duplicate = os.dup(old.fileno())
-        with _sockets(old, old_peer):
-            try:
-                old_watcher = ctx.add(old, api.Event.READ, "old")
-                old_peer.send(b"x")
-                assert reported(short_wait(ctx)) == {"old": api.Event.READ}
-                number = old.fileno()
-                old.close()
-                if observed:  # noticed now; a wait could let a rebuild take the fd number
-                    assert not old_watcher.is_active()
-                new, new_peer = socketpair_on_fd(number)
-                with _sockets(new, new_peer):
-                    new_watcher = ctx.add(new, api.Event.READ, "new")
-                    assert waits(ctx, 2) == [{}, {}]
-                    old_peer.send(b"for the dup")
-                    assert waits(ctx, 2) == [{}, {}]
-                    new_peer.send(b"own")
-                    assert short_wait(ctx) == [new_watcher]
-                    assert new_watcher.triggered_events == api.Event.READ
-                    assert recv_exactly(new, 3) == b"own"
-                    assert poll_now(ctx) == []
-                    assert _read_fd(duplicate, 12) == b"xfor the dup"
-            finally:
-                os.close(duplicate)
+        with closing_all(old, old_peer), _dup_of(old) as duplicate:
+            old_watcher = ctx.add(old, api.Event.READ, "old")
+            old_peer.send(b"x")
+            assert reported(short_wait(ctx)) == {"old": api.Event.READ}
+            number = old.fileno()
+            old.close()
+            if observed:  # noticed now; a wait could let a rebuild take the fd number
+                assert not old_watcher.is_active()
+            new, new_peer = socketpair_on_fd(number)
+            with closing_all(new, new_peer):
+                new_watcher = ctx.add(new, api.Event.READ, "new")
+                assert waits(ctx, 2) == [{}, {}]
+                old_peer.send(b"for the dup")
+                assert waits(ctx, 2) == [{}, {}]
+                new_peer.send(b"own")
+                assert short_wait(ctx) == [new_watcher]
+                assert new_watcher.triggered_events == api.Event.READ
+                assert recv_exactly(new, 3) == b"own"
+                assert poll_now(ctx) == []
+                assert _read_fd(duplicate, 12) == b"xfor the dup"
 
     @pytest.mark.parametrize("keep_dup", [False, True])
     def test_poll_stream_closed_fd_reuse_unwatched(
@@ -293,33 +287,29 @@ class ClosedStreamRules:
         reported, and its data stays readable.
         """
         old, old_peer = socketpair()
-        duplicate = os.dup(old.fileno()) if keep_dup else -1
-        with _sockets(old, old_peer):
-            try:
-                old_watcher = ctx.add(old, [api.Event.READ, api.Event.WRITE], "old")
-                assert reported(short_wait(ctx)) == {"old": api.Event.WRITE}
-                number = old.fileno()
-                old.close()
-                new, new_peer = socketpair_on_fd(number)
-                with _sockets(new, new_peer):
-                    new_peer.send(b"unwatched")
-                    assert waits(ctx, 2) == [{}, {}]
-                    assert not old_watcher.is_active()
-                    assert len(ctx) == 0
-                    assert recv_exactly(new, 9) == b"unwatched"
-            finally:
-                if keep_dup:
-                    os.close(duplicate)
+        kept_open = _dup_of(old) if keep_dup else nullcontext()
+        with closing_all(old, old_peer), kept_open:
+            old_watcher = ctx.add(old, [api.Event.READ, api.Event.WRITE], "old")
+            assert reported(short_wait(ctx)) == {"old": api.Event.WRITE}
+            number = old.fileno()
+            old.close()
+            new, new_peer = socketpair_on_fd(number)
+            with closing_all(new, new_peer):
+                new_peer.send(b"unwatched")
+                assert waits(ctx, 2) == [{}, {}]
+                assert not old_watcher.is_active()
+                assert len(ctx) == 0
+                assert recv_exactly(new, 9) == b"unwatched"
 
     def test_spec_6_8_fd_reuse_by_lowest_free_number(self, api: Any, ctx: Any) -> None:
         """SPEC 6.8: the fd number reused the ordinary way (lowest free) by a new socketpair."""
         old, old_peer = socketpair()
-        with _sockets(old, old_peer):
+        with closing_all(old, old_peer):
             old_watcher = ctx.add(old, api.Event.READ, "old")
             number = old.fileno()
             old.close()
             new, new_peer = socketpair()
-            with _sockets(new, new_peer):
+            with closing_all(new, new_peer):
                 if number not in (new.fileno(), new_peer.fileno()):
                     pytest.skip(f"fd {number} was not reused (got {new.fileno()})")
                 reused = new if new.fileno() == number else new_peer
@@ -342,7 +332,7 @@ class ClosedStreamRules:
         a, b = socketpair()
         other_a, other_b = socketpair()
         fd = a.detach()
-        with _sockets(b, other_a, other_b):
+        with closing_all(b, other_a, other_b):
             raw = ctx.add(api.StreamPollHandle(fd), api.Event.READ, "raw")
             ctx.add(other_a, api.Event.WRITE, "other")
             b.send(b"x")

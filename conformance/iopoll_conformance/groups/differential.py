@@ -25,6 +25,7 @@ The two may differ only where SPEC lets them (``normalise``):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import importlib
 import operator
@@ -45,11 +46,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from ..streams import drain, fill
 from ..support import SPEC_NAMES, socketpair
 
 REFERENCE = "iopoll_polyfill.fallback"
 SLOTS = 3
-_CHUNK = 65536
+# The ends of a slot's socketpair.
+LOCAL, PEER = 0, 1
 
 # The plain argument errors SPEC section 1 refers to.
 _BUILTIN_ERRORS = ("TypeError", "ValueError")
@@ -138,29 +141,10 @@ class Side:
             peer.close()
 
 
-def _drain(sock: socket.socket) -> int:
-    """Read everything ``sock`` holds; the byte count (errors end it: a reset, a close)."""
-    total = 0
-    while True:
-        try:
-            data = sock.recv(_CHUNK)
-        except OSError:
-            return total
-        if not data:
-            return total
-        total += len(data)
-
-
-def _fill(sock: socket.socket) -> int:
-    """Send until the buffers are full; the byte count."""
-    total = 0
-    block = b"f" * _CHUNK
-    while True:
-        try:
-            sent = sock.send(block)
-        except OSError:
-            return total
-        total += sent
+def _read_all(sock: socket.socket) -> None:
+    """Read what ``sock`` holds; an error (a reset, a closed peer) ends it as end of file does."""
+    with contextlib.suppress(OSError):
+        drain(sock)
 
 
 class Differential(RuleBasedStateMachine):
@@ -212,6 +196,10 @@ class Differential(RuleBasedStateMachine):
     @staticmethod
     def pick(data: st.DataObject, slots: list[int]) -> int:
         return data.draw(st.sampled_from(slots), label="slot")
+
+    def on_both(self, slot: int, end: int, action: Callable[[socket.socket], Any]) -> list[Any]:
+        """``action`` on one end of the slot's pair, the reference's then ours; the results."""
+        return [action(side.pairs[slot][end]) for side in (self.ref, self.impl)]
 
     # -- comparing outcomes ------------------------------------------------------------------
 
@@ -303,7 +291,7 @@ class Differential(RuleBasedStateMachine):
         wanted = frozenset(names | {"ONESHOT"} if oneshot else names)
 
         def add(side: Side) -> Any:
-            watcher = side.ctx.add(side.pairs[slot][0], side.events(wanted), data)
+            watcher = side.ctx.add(side.pairs[slot][LOCAL], side.events(wanted), data)
             side.current[slot] = watcher
             side.watchers.append(watcher)
             return watcher
@@ -384,8 +372,7 @@ class Differential(RuleBasedStateMachine):
     @rule(data=st.data())
     def close_local(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(local_open=True))
-        for side in (self.ref, self.impl):
-            side.pairs[slot][0].close()
+        self.on_both(slot, LOCAL, socket.socket.close)
         self.slots[slot].local_open = False
 
     @precondition(lambda self: self.slots_where(local_open=False))
@@ -394,7 +381,7 @@ class Differential(RuleBasedStateMachine):
         """A new pair in a closed slot: the kernel hands out the freed fd numbers again."""
         slot = self.pick(data, self.slots_where(local_open=False))
         for side in (self.ref, self.impl):
-            side.pairs[slot][1].close()
+            side.pairs[slot][PEER].close()
             side.pairs[slot] = socketpair()
         self.slots[slot] = Slot()
 
@@ -406,7 +393,7 @@ class Differential(RuleBasedStateMachine):
         sent = set()
         for side in (self.ref, self.impl):
             try:
-                sent.add(side.pairs[slot][1].send(b"p" * size))
+                sent.add(side.pairs[slot][PEER].send(b"p" * size))
             except OSError:
                 sent.add(0)
         assert len(sent) == 1, "the two sides' sockets disagree"
@@ -416,8 +403,7 @@ class Differential(RuleBasedStateMachine):
     @rule(data=st.data())
     def peer_read(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(peer_open=True))
-        for side in (self.ref, self.impl):
-            _drain(side.pairs[slot][1])
+        self.on_both(slot, PEER, _read_all)
         self.slots[slot].to_peer = 0
 
     @precondition(lambda self: self.slots_where(peer_open=True))
@@ -425,8 +411,7 @@ class Differential(RuleBasedStateMachine):
     def peer_close(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(peer_open=True))
         state = self.slots[slot]
-        for side in (self.ref, self.impl):
-            side.pairs[slot][1].close()
+        self.on_both(slot, PEER, socket.socket.close)
         state.peer_open = False
         state.reset = state.to_peer > 0
         state.to_peer = 0
@@ -435,8 +420,7 @@ class Differential(RuleBasedStateMachine):
     @rule(data=st.data())
     def local_read(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(local_open=True))
-        for side in (self.ref, self.impl):
-            _drain(side.pairs[slot][0])
+        self.on_both(slot, LOCAL, _read_all)
         self.slots[slot].to_local = 0
         self.slots[slot].reset = False  # reading consumed the error on both sides
 
@@ -444,7 +428,7 @@ class Differential(RuleBasedStateMachine):
     @rule(data=st.data())
     def local_fill(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(local_open=True, peer_open=True))
-        sent = {_fill(side.pairs[slot][0]) for side in (self.ref, self.impl)}
+        sent = set(self.on_both(slot, LOCAL, fill))
         assert len(sent) == 1, "the two sides' sockets disagree"
         self.slots[slot].to_peer += sent.pop()
 

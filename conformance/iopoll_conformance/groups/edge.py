@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from ..support import Capabilities, poll_now, reported, short_wait, socketpair
-from ._helpers_b import close_all, drain, fill, recv_exactly, waits
+from ..streams import close_all, drain, fill, recv_exactly
+from ..support import Capabilities, poll_now, reported, short_wait, socketpair, waits
+from .extras import spec_6_2_examples_stated
 
 
 def _need_edge(caps: Capabilities) -> None:
@@ -51,12 +52,15 @@ class EdgeRules:
         assert waits(ctx, 2) == [{}, {}]
         assert watcher.is_active()
 
-    def test_poll_stream_sock_rw_multi_edge(self, api: Any, caps: Capabilities, ctx: Any) -> None:
+    def test_poll_stream_sock_rw_multi_edge(
+        self, api: Any, backend: Any, caps: Capabilities, ctx: Any, strict_extras_on: bool
+    ) -> None:
         """B.52 and B.36, php-src poll_stream_sock_rw_multi_edge.phpt.
 
         Data arrival is one READ edge; undrained data is not reported again; more data is a
         new edge.  On Linux the writer sees a new WRITE edge once the reader consumed data.
-        A reader closed after draining gives the writer WRITE|HANGUP.
+        A reader closed after draining gives the writer WRITE|HANGUP (SPEC 6.2 example 2:
+        where SPEC states it).
         """
         _need_edge(caps)
         writer, reader = socketpair()
@@ -80,6 +84,8 @@ class EdgeRules:
             else:
                 assert set(after_read) <= {"writer"}
             assert short_wait(ctx) == []
+            if not (spec_6_2_examples_stated(backend, caps) or strict_extras_on):
+                return
             reader.close()
             assert reported(short_wait(ctx)) == {"writer": api.Event.WRITE | api.Event.HANGUP}
             assert short_wait(ctx) == []
@@ -100,10 +106,15 @@ class EdgeRules:
         assert reported(short_wait(ctx)) == {"a": api.Event.WRITE}
         assert short_wait(ctx) == []
 
-    def test_spec_6_5_edge_modify_reports_current_state_once(
+    def test_spec_6_5_edge_modify_to_edge_and_back(
         self, api: Any, caps: Capabilities, ctx: Any, pair: Any
     ) -> None:
-        """SPEC 6.5: switching a level watcher to edge mode reports its current state once."""
+        """SPEC 6.3 and 6.5: a level watcher switched to edge mode stops reporting the state
+        that has not changed; switched back, it is reported on every wait again.
+
+        Whether the switch itself reports the current state once is not stated (a strict
+        extra, ``test_spec_6_5_edge_modify_reports_current_state_once``): at most once.
+        """
         _need_edge(caps)
         a, b = pair
         watcher = ctx.add(b, api.Event.READ, "b")
@@ -111,7 +122,7 @@ class EdgeRules:
         assert waits(ctx, 2) == [{"b": api.Event.READ}] * 2
         watcher.modify_events([api.Event.READ, api.Event.EDGE_TRIGGERED])
         assert watcher.watched_events == api.Event.READ | api.Event.EDGE_TRIGGERED
-        assert reported(short_wait(ctx)) == {"b": api.Event.READ}
+        assert reported(short_wait(ctx)) in ({}, {"b": api.Event.READ})
         assert short_wait(ctx) == []
         # Back to level: reported on every wait again.
         watcher.modify_events(api.Event.READ)

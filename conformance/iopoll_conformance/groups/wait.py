@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from ..support import Capabilities, poll_now, reported, short_wait, socketpair
-from ._helpers_a import alarm, close_all, drain, sending_later, tcp_pairs, timed
+from ..process import SignalHandler, alarm
+from ..streams import closing_all, drain, sending_later, tcp_pairs
+from ..support import Capabilities, poll_now, reported, short_wait, socketpair, timed
 
 # Timing bounds are loose on purpose: the machine may be busy.
 _SLACK = 0.05
@@ -20,6 +21,48 @@ _PROMPT = 5.0
 
 class _Alarm(Exception):
     """Raised by a test's SIGALRM handler."""
+
+
+def _recording_handler() -> tuple[list[int], SignalHandler]:
+    """A quiet signal handler, and the list of the signals it was called for."""
+    calls: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        calls.append(signum)
+
+    return calls, handler
+
+
+def _need_float_timeouts(caps: Capabilities) -> None:
+    if not caps.float_timeouts:
+        pytest.skip("this implementation takes whole seconds (SPEC 7)")
+
+
+def _returns_at_once(ctx: Any, *arguments: Any) -> None:
+    """``ctx.wait(*arguments)`` returns nothing, and does not sleep."""
+    result, elapsed = timed(lambda: ctx.wait(*arguments))
+    assert result == [], arguments
+    assert elapsed < 0.5, arguments
+
+
+def _sleeps(ctx: Any, seconds: float, *arguments: Any) -> None:
+    """``ctx.wait(*arguments)`` returns nothing, after about ``seconds``."""
+    result, elapsed = timed(lambda: ctx.wait(*arguments))
+    assert result == [], arguments
+    assert seconds - _SLACK <= elapsed < _PROMPT, arguments
+
+
+def _woken_by_late_send(
+    ctx: Any, pair: tuple[Any, Any], watcher: Any, *arguments: Any, within: float = _PROMPT
+) -> None:
+    """``ctx.wait(*arguments)`` returns ``[watcher]`` when ``pair[0]`` sends, 0.2 s in.
+
+    ``watcher`` watches ``pair[1]`` for READ; the wait must end within ``within`` seconds.
+    """
+    with sending_later(pair[0], 0.2):
+        result, elapsed = timed(lambda: ctx.wait(*arguments))
+    assert result == [watcher], arguments
+    assert 0.2 - _SLACK <= elapsed < within, arguments
 
 
 class WaitRules:
@@ -42,17 +85,12 @@ class WaitRules:
     ) -> None:
         """B.21: timeout=None waits until a thread makes the fd ready (~200 ms later)."""
         watcher = ctx.add(pair[1], api.Event.READ)
-        with sending_later(pair[0], 0.2):
-            result, elapsed = timed(lambda: ctx.wait(None))
-        assert result == [watcher]
-        assert 0.2 - _SLACK <= elapsed < _PROMPT
+        _woken_by_late_send(ctx, pair, watcher, None)
 
     def test_poll_ctx_wait_zero(self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]) -> None:
         """B.21: timeout 0 polls and returns at once, ready or not."""
         watcher = ctx.add(pair[1], api.Event.READ)
-        result, elapsed = timed(lambda: ctx.wait(0))
-        assert result == []
-        assert elapsed < 0.5
+        _returns_at_once(ctx, 0)
         pair[0].send(b"x")
         assert ctx.wait(0) == [watcher]
 
@@ -61,42 +99,30 @@ class WaitRules:
     ) -> None:
         """SPEC 4: microseconds is added to timeout: wait(0, 300000) sleeps ~0.3 s."""
         ctx.add(pair[1], api.Event.READ)
-        result, elapsed = timed(lambda: ctx.wait(0, 300_000))
-        assert result == []
-        assert 0.3 - _SLACK <= elapsed < _PROMPT
+        _sleeps(ctx, 0.3, 0, 300_000)
 
     def test_spec_4_wait_int_timeout_returns_when_ready(
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """SPEC 4: an int timeout is an upper bound: readiness ends the wait early."""
         watcher = ctx.add(pair[1], api.Event.READ)
-        with sending_later(pair[0], 0.2):
-            result, elapsed = timed(lambda: ctx.wait(5))
-        assert result == [watcher]
-        assert 0.2 - _SLACK <= elapsed < 4.5
+        _woken_by_late_send(ctx, pair, watcher, 5, within=4.5)
 
     def test_spec_4_wait_int_timeout_expires(
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """SPEC 4: wait(1) on an idle fd returns [] after about one second."""
         ctx.add(pair[1], api.Event.READ)
-        result, elapsed = timed(lambda: ctx.wait(1))
-        assert result == []
-        assert 1.0 - _SLACK <= elapsed < _PROMPT
+        _sleeps(ctx, 1.0, 1)
 
     def test_spec_4_wait_float_timeout(
         self, api: ModuleType, caps: Capabilities, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """SPEC 4: a float timeout in seconds (gated on caps.float_timeouts)."""
-        if not caps.float_timeouts:
-            pytest.skip("this implementation takes whole seconds (SPEC 7)")
+        _need_float_timeouts(caps)
         watcher = ctx.add(pair[1], api.Event.READ)
-        result, elapsed = timed(lambda: ctx.wait(0.3))
-        assert result == []
-        assert 0.3 - _SLACK <= elapsed < _PROMPT
-        result, elapsed = timed(lambda: ctx.wait(0.25, 50_000))
-        assert result == []
-        assert 0.3 - _SLACK <= elapsed < _PROMPT
+        _sleeps(ctx, 0.3, 0.3)
+        _sleeps(ctx, 0.3, 0.25, 50_000)
         pair[0].send(b"x")
         assert ctx.wait(0.0) == [watcher]
 
@@ -104,32 +130,20 @@ class WaitRules:
         self, api: ModuleType, caps: Capabilities, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """SPEC 4: a datetime.timedelta timeout, microseconds added to it."""
-        if not caps.float_timeouts:
-            pytest.skip("this implementation takes whole seconds (SPEC 7)")
+        _need_float_timeouts(caps)
         watcher = ctx.add(pair[1], api.Event.READ)
-        result, elapsed = timed(lambda: ctx.wait(timedelta(milliseconds=300)))
-        assert result == []
-        assert 0.3 - _SLACK <= elapsed < _PROMPT
-        result, elapsed = timed(lambda: ctx.wait(timedelta(milliseconds=100), 200_000))
-        assert result == []
-        assert 0.3 - _SLACK <= elapsed < _PROMPT
-        with sending_later(pair[0], 0.2):
-            result, elapsed = timed(lambda: ctx.wait(timedelta(seconds=30)))
-        assert result == [watcher]
-        assert elapsed < _PROMPT
+        _sleeps(ctx, 0.3, timedelta(milliseconds=300))
+        _sleeps(ctx, 0.3, timedelta(milliseconds=100), 200_000)
+        _woken_by_late_send(ctx, pair, watcher, timedelta(seconds=30))
         assert ctx.wait(timedelta(0)) == [watcher]
 
     def test_spec_4_wait_inf_is_none(
         self, api: ModuleType, caps: Capabilities, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """SPEC 4: math.inf is the same as None: waits until ready."""
-        if not caps.float_timeouts:
-            pytest.skip("this implementation takes whole seconds (SPEC 7)")
+        _need_float_timeouts(caps)
         watcher = ctx.add(pair[1], api.Event.READ)
-        with sending_later(pair[0], 0.2):
-            result, elapsed = timed(lambda: ctx.wait(math.inf))
-        assert result == [watcher]
-        assert 0.2 - _SLACK <= elapsed < _PROMPT
+        _woken_by_late_send(ctx, pair, watcher, math.inf)
 
     @pytest.mark.parametrize("huge", [10**9, 2**31, 2**32 + 1, 2**63, 10**30, 10**400])
     def test_poll_wait_timeout_overflow(
@@ -137,23 +151,16 @@ class WaitRules:
     ) -> None:
         """B.29, php-src poll_wait_timeout_overflow.phpt: huge timeouts never wrap."""
         watcher = ctx.add(pair[1], api.Event.READ)
-        with sending_later(pair[0], 0.2):
-            result, elapsed = timed(lambda: ctx.wait(huge))
-        assert result == [watcher]
-        assert 0.2 - _SLACK <= elapsed < _PROMPT
+        _woken_by_late_send(ctx, pair, watcher, huge)
 
     def test_poll_wait_timeout_overflow_float(
         self, api: ModuleType, caps: Capabilities, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """B.29: huge float and timedelta timeouts never wrap either."""
-        if not caps.float_timeouts:
-            pytest.skip("this implementation takes whole seconds (SPEC 7)")
+        _need_float_timeouts(caps)
         watcher = ctx.add(pair[1], api.Event.READ)
         for huge in (158_913_790.0, 1e300, timedelta.max, timedelta(days=10_000)):
-            with sending_later(pair[0], 0.2):
-                result, elapsed = timed(lambda: ctx.wait(huge))  # noqa: B023
-            assert result == [watcher], huge
-            assert 0.2 - _SLACK <= elapsed < _PROMPT, huge
+            _woken_by_late_send(ctx, pair, watcher, huge)
             drain(pair[1])
 
     # -- results -----------------------------------------------------------------------
@@ -173,7 +180,7 @@ class WaitRules:
     def test_poll_stream_tcp_read_max_events(self, api: ModuleType, ctx: Any) -> None:
         """B.24, php-src poll_stream_tcp_read_max_events.phpt: 8 ready, max 4 -> 4 then 4."""
         pairs = tcp_pairs(8)
-        try:
+        with closing_all(*(end for pair in pairs for end in pair)):
             watchers = [ctx.add(server, api.Event.READ, i) for i, (_, server) in enumerate(pairs)]
             for client, _ in pairs:
                 client.send(b"data")
@@ -185,14 +192,11 @@ class WaitRules:
             assert seen == {id(w) for w in watchers}
             assert all(w.triggered_events == api.Event.READ for w in watchers)
             assert len(ctx.wait(1, 0, 100)) == 8  # level-triggered: all still ready
-        finally:
-            for client, server in pairs:
-                close_all(client, server)
 
     def test_poll_stream_tcp_read_one_shot_max_events(self, api: ModuleType, ctx: Any) -> None:
         """B.25, php-src poll_stream_tcp_read_one_shot_max_events.phpt: leftovers not consumed."""
         pairs = tcp_pairs(4)
-        try:
+        with closing_all(*(end for pair in pairs for end in pair)):
             events = api.Event.READ | api.Event.ONESHOT
             watchers = [ctx.add(server, events, i) for i, (_, server) in enumerate(pairs)]
             for client, _ in pairs:
@@ -206,14 +210,11 @@ class WaitRules:
                 client.send(b"more")
             assert short_wait(ctx) == []  # each fired exactly once
             assert all(w.is_active() for w in watchers)
-        finally:
-            for client, server in pairs:
-                close_all(client, server)
 
     def test_poll_stream_sock_rw_max_events(self, api: ModuleType, ctx: Any) -> None:
         """B.26, php-src poll_stream_sock_rw_max_events.phpt: READ and WRITE are one entry."""
         pairs = [socketpair() for _ in range(4)]
-        try:
+        with closing_all(*(end for pair in pairs for end in pair)):
             e = api.Event
             watchers = [ctx.add(b, e.READ | e.WRITE, i) for i, (_, b) in enumerate(pairs)]
             for a, _ in pairs:
@@ -226,14 +227,11 @@ class WaitRules:
                 drain(b)
             result = ctx.wait(1, 0, 8)
             assert reported(result) == {i: e.WRITE for i in range(4)}
-        finally:
-            for a, b in pairs:
-                close_all(a, b)
 
     def test_poll_stream_tcp_read_multiple_level(self, api: ModuleType, ctx: Any) -> None:
         """B.27, php-src poll_stream_tcp_read_multiple_level.phpt: 20 ready, one wait."""
         pairs = tcp_pairs(20)
-        try:
+        with closing_all(*(end for pair in pairs for end in pair)):
             for i, (_, server) in enumerate(pairs):
                 ctx.add(server, api.Event.READ, i)
             for client, _ in pairs:
@@ -241,9 +239,6 @@ class WaitRules:
             time.sleep(0.05)
             result = ctx.wait(1)
             assert sorted(w.data for w in result) == list(range(20))
-        finally:
-            for client, server in pairs:
-                close_all(client, server)
 
     def test_spec_4_max_events_bounds(
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
@@ -259,27 +254,19 @@ class WaitRules:
 
     def test_poll_stream_wait_no_add_none(self, api: ModuleType, ctx: Any) -> None:
         """B.28, php-src poll_stream_wait_no_add.phpt: no watcher, timeout None -> [] at once."""
-        result, elapsed = timed(lambda: ctx.wait())
-        assert result == []
-        assert elapsed < 0.5
+        _returns_at_once(ctx)
 
     def test_poll_stream_wait_no_add_timeout(self, api: ModuleType, ctx: Any) -> None:
         """B.28, php-src poll_stream_wait_no_add.phpt: no watcher, positive timeout sleeps it."""
-        result, elapsed = timed(lambda: ctx.wait(0, 200_000))
-        assert result == []
-        assert 0.2 - _SLACK <= elapsed < _PROMPT
-        result, elapsed = timed(lambda: ctx.wait(0))
-        assert result == []
-        assert elapsed < 0.5
+        _sleeps(ctx, 0.2, 0, 200_000)
+        _returns_at_once(ctx, 0)
 
     def test_poll_stream_wait_no_add_after_remove(
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """B.28: a context whose watchers were all removed is empty again."""
         ctx.add(pair[0], api.Event.WRITE).remove()
-        result, elapsed = timed(lambda: ctx.wait(None))
-        assert result == []
-        assert elapsed < 0.5
+        _returns_at_once(ctx, None)
 
     # -- signals (PEP 475) ----------------------------------------------------------------
 
@@ -287,11 +274,7 @@ class WaitRules:
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """B.30, php-src poll_ctx_wait_signal.phpt: a quiet handler runs, the wait goes on."""
-        calls: list[int] = []
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            calls.append(signum)
-
+        calls, handler = _recording_handler()
         watcher = ctx.add(pair[1], api.Event.READ)
         with sending_later(pair[0], 0.3), alarm(handler, 0.1):
             result, elapsed = timed(lambda: ctx.wait(5))
@@ -303,11 +286,7 @@ class WaitRules:
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """B.30, SPEC 4: after a quiet handler, the wait times out after the remaining time."""
-        calls: list[int] = []
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            calls.append(signum)
-
+        calls, handler = _recording_handler()
         ctx.add(pair[1], api.Event.READ)
         with alarm(handler, 0.3):
             result, elapsed = timed(lambda: ctx.wait(0, 500_000))
@@ -347,11 +326,7 @@ class WaitRules:
 
     def test_poll_ctx_wait_signal_empty_context(self, api: ModuleType, ctx: Any) -> None:
         """B.30, SPEC 4: the sleep of an empty context follows PEP 475 too."""
-        calls: list[int] = []
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            calls.append(signum)
-
+        calls, handler = _recording_handler()
         with alarm(handler, 0.1):
             result, elapsed = timed(lambda: ctx.wait(0, 400_000))
         assert calls

@@ -1,7 +1,8 @@
-"""Helpers for the rule groups backends, handles, add, wait, lifecycle and errors.
+"""Process-wide helpers: a ``SIGALRM`` delivered during a call, and code run in a forked child.
 
-Real OS objects only: threads that write after a delay, interval timers that raise
-``SIGALRM``, forked children that report back through a pipe.
+Both touch state the whole process shares (a signal handler and interval timer; the process
+itself), so each puts things back as it found them.  The suite's wait and lifecycle rules use
+them; so may any test, this project's own included.
 """
 
 from __future__ import annotations
@@ -10,91 +11,27 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from ..support import tcp_pair
-
-__all__ = [
-    "alarm",
-    "close_all",
-    "drain",
-    "in_child",
-    "sending_later",
-    "tcp_pairs",
-    "timed",
-]
-
-_T = TypeVar("_T")
+__all__ = ["SignalHandler", "alarm", "in_child"]
 
 SignalHandler = Callable[[int, "FrameType | None"], Any]
-
-
-def timed(call: Callable[[], _T]) -> tuple[_T, float]:
-    """Run ``call`` and return its result and the seconds it took (monotonic clock)."""
-    start = time.monotonic()
-    result = call()
-    return result, time.monotonic() - start
-
-
-def drain(sock: socket.socket) -> bytes:
-    """Read everything a non-blocking socket holds right now."""
-    chunks = []
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def close_all(*socks: socket.socket) -> None:
-    """Close every socket given."""
-    for sock in socks:
-        sock.close()
-
-
-def tcp_pairs(count: int) -> list[tuple[socket.socket, socket.socket]]:
-    """``count`` connected loopback TCP pairs (client, server), non-blocking."""
-    return [tcp_pair() for _ in range(count)]
-
-
-@contextlib.contextmanager
-def sending_later(sock: socket.socket, delay: float = 0.2, payload: bytes = b"x") -> Iterator[None]:
-    """Send ``payload`` on ``sock`` from another thread ``delay`` seconds after entering.
-
-    The thread is cancelled (if it has not fired) and joined on exit.
-    """
-
-    def send() -> None:
-        with contextlib.suppress(OSError):
-            sock.send(payload)
-
-    timer = threading.Timer(delay, send)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        timer.join()
+"""What ``signal.signal`` takes as a handler."""
 
 
 @contextlib.contextmanager
 def alarm(handler: SignalHandler, delay: float) -> Iterator[None]:
     """Deliver ``SIGALRM`` to this process after ``delay`` seconds, handled by ``handler``.
 
-    Main thread only.  The previous handler and interval timer (pytest-timeout may use
-    both) are put back on exit, the timer shortened by the time spent here.
+    Main thread only (the test is skipped elsewhere, or where ``signal.setitimer`` is
+    missing).  The previous handler and interval timer (pytest-timeout may use both) are put
+    back on exit, the timer shortened by the time spent here.
     """
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers can only be set in the main thread")
@@ -118,7 +55,8 @@ def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run ``body`` in a forked child and return what it returned (a JSON-able dict).
 
     The child never returns into the caller: it reports through a pipe and ``os._exit``\\ s.
-    An exception in the child comes back as ``{"child_error": "..."}``.
+    An exception in the child comes back as ``{"child_error": "..."}``.  The test is skipped
+    where ``os.fork`` is missing.
     """
     if not hasattr(os, "fork"):
         pytest.skip("os.fork is not available")
