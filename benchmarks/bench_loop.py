@@ -43,29 +43,20 @@ def timed(fn: Callable[[], None], ops: int) -> float:
 # -- iopoll.loop drivers ----------------------------------------------------------------------
 
 
-def loop_defer(make: Callable[[], Driver], n: int) -> float:
+def loop_burst(make: Callable[[], Driver], n: int, delay: float | None) -> float:
+    """N ``defer()`` (``delay`` None) or ``delay(delay)`` calls, then one ``run()``."""
     d = make()
 
     def cb(cid: str) -> None:
         pass
 
     def body() -> None:
-        for _ in range(n):
-            d.defer(cb)
-        d.run()
-
-    return timed(body, n)
-
-
-def loop_delay(make: Callable[[], Driver], n: int) -> float:
-    d = make()
-
-    def cb(cid: str) -> None:
-        pass
-
-    def body() -> None:
-        for _ in range(n):
-            d.delay(0, cb)
+        if delay is None:
+            for _ in range(n):
+                d.defer(cb)
+        else:
+            for _ in range(n):
+                d.delay(delay, cb)
         d.run()
 
     return timed(body, n)
@@ -162,7 +153,8 @@ def loop_round_trips(make: Callable[[], Driver], n: int, idle: int) -> float:
 # -- asyncio / uvloop --------------------------------------------------------------------------
 
 
-def aio_defer(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
+def aio_burst(make: Callable[[], asyncio.AbstractEventLoop], n: int, later: bool) -> float:
+    """N ``call_soon`` (or, ``later``, ``call_later(0)``) callbacks, the last one stops."""
     loop = make()
     count = [0]
 
@@ -172,27 +164,12 @@ def aio_defer(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
             loop.stop()
 
     def body() -> None:
-        for _ in range(n):
-            loop.call_soon(cb)
-        loop.run_forever()
-
-    rate = timed(body, n)
-    loop.close()
-    return rate
-
-
-def aio_delay(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
-    loop = make()
-    count = [0]
-
-    def cb() -> None:
-        count[0] += 1
-        if count[0] == n:
-            loop.stop()
-
-    def body() -> None:
-        for _ in range(n):
-            loop.call_later(0, cb)
+        if later:
+            for _ in range(n):
+                loop.call_later(0, cb)
+        else:
+            for _ in range(n):
+                loop.call_soon(cb)
         loop.run_forever()
 
     rate = timed(body, n)
@@ -312,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         loops["uvloop"] = uvloop.new_event_loop
 
     rows: list[tuple[str, Callable[[Any], float], Callable[[Any], float]]] = [
-        ("defer", lambda m: loop_defer(m, n), lambda m: aio_defer(m, n)),
-        ("delay(0)", lambda m: loop_delay(m, n), lambda m: aio_delay(m, n)),
+        ("defer", lambda m: loop_burst(m, n, None), lambda m: aio_burst(m, n, False)),
+        ("delay(0)", lambda m: loop_burst(m, n, 0), lambda m: aio_burst(m, n, True)),
         ("repeat(0)", lambda m: loop_repeat(m, n), lambda m: aio_repeat(m, n)),
         ("I/O register+cancel", lambda m: loop_register(m, n), lambda m: aio_register(m, n)),
         ("suspend/resume", lambda m: loop_suspend(m, n), lambda m: aio_suspend(m, n)),

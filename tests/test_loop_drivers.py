@@ -1,10 +1,18 @@
-"""The driver contract (``test_loop_conformance.DriverConformance``) on every driver."""
+"""The driver contract (``iopoll_conformance.loop.DriverConformance``) on every driver."""
 
 from __future__ import annotations
 
+import pytest
+
 from iopoll import Backend
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver
-from test_loop_conformance import DriverConformance
+from iopoll_conformance.loop import DriverConformance
+
+
+def _needs(backend: Backend) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(
+        backend not in Backend.available_backends(), reason=f"no {backend.name} backend here"
+    )
 
 
 class TestSelectorsDriver(DriverConformance):
@@ -19,16 +27,37 @@ class TestTracingDriver(DriverConformance):
         return TracingDriver(IoPollDriver())
 
 
-def _iopoll_case(backend: Backend) -> type[DriverConformance]:
-    class Case(DriverConformance):
-        def make(self) -> Driver:
-            return IoPollDriver(backend)
-
-    Case.__name__ = Case.__qualname__ = f"TestIoPollDriver{backend.name.title()}"
-    return Case
+@_needs(Backend.EPOLL)
+class TestIoPollDriverEpoll(DriverConformance):
+    def make(self) -> Driver:
+        return IoPollDriver(Backend.EPOLL)
 
 
-for _backend in Backend.available_backends():
-    _case = _iopoll_case(_backend)
-    globals()[_case.__name__] = _case
-del _backend, _case
+@_needs(Backend.KQUEUE)
+class TestIoPollDriverKqueue(DriverConformance):
+    def make(self) -> Driver:
+        return IoPollDriver(Backend.KQUEUE)
+
+
+@_needs(Backend.EVENT_PORTS)
+class TestIoPollDriverEventPorts(DriverConformance):
+    def make(self) -> Driver:
+        return IoPollDriver(Backend.EVENT_PORTS)
+
+
+@_needs(Backend.POLL)
+class TestIoPollDriverPoll(DriverConformance):
+    def make(self) -> Driver:
+        return IoPollDriver(Backend.POLL)
+
+
+@_needs(Backend.WSAPOLL)
+class TestIoPollDriverWsapoll(DriverConformance):
+    def make(self) -> Driver:
+        return IoPollDriver(Backend.WSAPOLL)
+
+
+@_needs(Backend.SELECT)
+class TestIoPollDriverSelect(DriverConformance):
+    def make(self) -> Driver:
+        return IoPollDriver(Backend.SELECT)

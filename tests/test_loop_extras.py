@@ -1,7 +1,8 @@
-"""IoPollDriver extras, the factory, the facade, TracingDriver and suspensions."""
+"""IoPollDriver extras, the factory, the facade and suspensions (see also test_loop_tracing)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ from fd_limit import raised_fd_limit
 from iopoll import Backend, Context
 from iopoll import loop as facade
 from iopoll.loop import (
+    AbstractDriver,
     Driver,
     DriverFactory,
     InvalidCallbackError,
@@ -25,6 +27,7 @@ from iopoll.loop import (
     UncaughtError,
     UnsupportedFeatureError,
 )
+from iopoll_conformance.loop import receive_once
 
 
 def _discard(*results: object) -> None:
@@ -73,13 +76,7 @@ def test_more_than_1024_fds(backend: Backend) -> None:
                 d.unreference(d.on_readable(a, lambda cid, s: None))
             reader, writer = pairs[-1]
             assert reader.fileno() > 1024
-            got: list[bytes] = []
-
-            def fn(cid: str, stream: Any) -> None:
-                got.append(stream.recv(10))
-                d.cancel(cid)
-
-            d.on_readable(reader, fn)
+            got = receive_once(d, reader)
             writer.send(b"high")
             d.run()
             assert got == [b"high"]
@@ -250,6 +247,47 @@ class CustomDriver(IoPollDriver):
     pass
 
 
+class DriverWithoutHooks(AbstractDriver):
+    """Implements no backend hook (``get_handle()`` comes with ``AbstractDriver``)."""
+
+    def get_handle(self) -> None:
+        return None
+
+
+# The hooks a backend implements, each one abstract in AbstractDriver.
+BACKEND_HOOKS = [
+    "_refusals",
+    "_add",
+    "_modify",
+    "_remove",
+    "_new_fallback",
+    "_wait",
+    "_queue_ready",
+]
+
+
+def test_driver_without_backend_hooks_is_refused_before_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert inspect.isabstract(DriverWithoutHooks)
+    with pytest.raises(TypeError, match="abstract"):
+        DriverWithoutHooks()
+    monkeypatch.setenv("IOPOLL_LOOP_DRIVER", f"{__name__}:DriverWithoutHooks")
+    with pytest.raises(ValueError, match=r"IOPOLL_LOOP_DRIVER=.* a concrete Driver subclass"):
+        DriverFactory().create()
+
+
+@pytest.mark.parametrize("missing", BACKEND_HOOKS)
+def test_backend_missing_one_hook_cannot_be_instantiated(missing: str) -> None:
+    # SelectorsDriver's own hooks, less one, on AbstractDriver.
+    namespace = {name: vars(SelectorsDriver)[name] for name in BACKEND_HOOKS if name != missing}
+    namespace["__init__"] = SelectorsDriver.__init__
+    partial = type(f"Without{missing}", (AbstractDriver,), namespace)
+    assert inspect.isabstract(partial)
+    with pytest.raises(TypeError, match=missing):
+        partial()
+
+
 def test_factory_default_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("IOPOLL_LOOP_DRIVER", raising=False)
     monkeypatch.delenv("IOPOLL_LOOP_DEBUG_TRACE", raising=False)
@@ -308,25 +346,6 @@ def test_set_driver_refused_while_running() -> None:
     facade.defer(swap)
     facade.run()
     assert len(errors) == 1
-
-
-# -- TracingDriver ------------------------------------------------------------------------
-
-
-def test_tracing_dump_and_notes() -> None:
-    d = TracingDriver(IoPollDriver())
-    alive = d.delay(10, lambda cid: None)
-    hidden = d.unreference(d.delay(10, lambda cid: None))
-    dump = d.dump()
-    assert repr(alive) in dump and repr(hidden) not in dump and "test_loop_extras.py" in dump
-    d.cancel(alive)
-    d.cancel(hidden)
-    with pytest.raises(InvalidCallbackError) as info:
-        d.enable(alive)
-    notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "Creation trace" in notes and "Cancellation trace" in notes
-    assert "test_tracing_dump_and_notes" in notes
-    assert "No enabled" in d.dump()
 
 
 # -- suspensions (Revolt's EventLoopTest) --------------------------------------------------

@@ -19,10 +19,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._base import Driver, ErrorHandler
-from ._driver import AbstractDriver
-from ._errors import CallbackType, InvalidCallbackError, UncaughtError, UnsupportedFeatureError
+from ._abstract_driver import AbstractDriver
+from ._callbacks import CallbackType
+from ._errors import InvalidCallbackError, UncaughtError, UnsupportedFeatureError
 from ._factory import DriverFactory
+from ._interface import Driver, ErrorHandler
 from ._iopoll_driver import IoPollDriver
 from ._selectors_driver import SelectorsDriver
 from ._suspension import Suspension

@@ -1,20 +1,57 @@
-"""Callback records, per-fd entries, ids and argument checks shared by every driver."""
+"""The callback kinds: ``CallbackType`` and one record class per kind; per-fd entries, ids and
+argument checks shared by every driver.
+
+A record's class attributes say how the tick runs it:
+
+* ``once``: its id is cancelled just before the call (defer, delay);
+* ``arg``: the callback's second argument (the stream, the signal number), or ``None`` for
+  the kinds called ``fn(id)``;
+* ``type``: its ``CallbackType``.
+
+``RepeatCallback``, re-armed just before the call, is the one class the tick tests for.
+
+Where a record becomes active (the timer heap, an fd's entry, a signal's map) is the
+registry's business (``_registry.py``); a new kind adds a class here and its activation there.
+"""
 
 from __future__ import annotations
 
+import enum
 import inspect
 import math
 import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import CallbackType
-
-__all__ = ["Callback", "TimerCallback", "StreamCallback", "SignalCallback", "FdEntry"]
+__all__ = [
+    "CallbackType",
+    "Callback",
+    "DeferCallback",
+    "TimerCallback",
+    "DelayCallback",
+    "RepeatCallback",
+    "StreamCallback",
+    "ReadableCallback",
+    "WritableCallback",
+    "SignalCallback",
+    "FdEntry",
+]
 
 _CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _SUCCESSOR: dict[str, str] = {chr(c): chr(c + 1) for c in range(ord("a"), ord("z"))}
+
+
+class CallbackType(enum.Enum):
+    """What kind of event a callback waits for."""
+
+    DEFER = "defer"
+    DELAY = "delay"
+    REPEAT = "repeat"
+    READABLE = "readable"
+    WRITABLE = "writable"
+    SIGNAL = "signal"
+
 
 # Event bits an FdEntry asks its poller for.
 READ = 1
@@ -88,7 +125,7 @@ def stream_fd(stream: object) -> int:
 
 
 class Callback:
-    """One registered callback: its id, function and state flags.
+    """One registered callback: its id, function and state flags (the base of every kind).
 
     ``invokable``: a queued callback runs only while it is set.  A defer is invokable from
     the start (it reaches the run queue only in the next tick); the other kinds become so
@@ -97,8 +134,6 @@ class Callback:
 
     __slots__ = ("id", "fn", "enabled", "referenced", "invokable", "queued")
 
-    # No __init__: a defer record is filled in by ``new_defer()`` (inlined in ``defer()``),
-    # which skips the cost of an __init__ call; the subclasses set every slot in theirs.
     id: str
     fn: Callable[..., Any]
     enabled: bool
@@ -106,15 +141,34 @@ class Callback:
     invokable: bool
     queued: int  # entries in the driver's enable queue (not used by defers)
 
-    @property
-    def type(self) -> CallbackType:
-        """What kind of callback this is."""
-        return CallbackType.DEFER
+    type: CallbackType  # what kind of callback this is
+    once = False  # the id is cancelled just before the call
+    arg: Any = None  # the second argument of the call, if the kind has one
+
+    def _init_queued(self, callback_id: str, fn: Callable[..., Any]) -> None:
+        """A new timer, I/O or signal record: enabled, referenced, and in the enable queue
+        until the tick that activates it (and makes it invokable)."""
+        self.id = callback_id
+        self.fn = fn
+        self.enabled = self.referenced = True
+        self.invokable = False
+        self.queued = 1
 
 
-def new_defer(callback_id: str, fn: Callable[..., Any]) -> Callback:
+class DeferCallback(Callback):
+    """A ``defer()``: runs once, in the next tick."""
+
+    # No __init__: ``defer()`` fills the record in itself (see ``new_defer()``), which skips
+    # the cost of an __init__ call on the defer hot path.
+    __slots__ = ()
+
+    type = CallbackType.DEFER
+    once = True
+
+
+def new_defer(callback_id: str, fn: Callable[..., Any]) -> DeferCallback:
     """A defer record: enabled, referenced and invokable."""
-    callback = Callback()
+    callback = DeferCallback()
     callback.id = callback_id
     callback.fn = fn
     callback.enabled = callback.referenced = callback.invokable = True
@@ -124,70 +178,87 @@ def new_defer(callback_id: str, fn: Callable[..., Any]) -> Callback:
 class TimerCallback(Callback):
     """A delay or repeat: ``expiration`` on the driver clock; ``entry`` is its live heap entry."""
 
-    __slots__ = ("interval", "expiration", "entry", "repeat")
+    __slots__ = ("interval", "expiration", "entry")
 
     def __init__(
-        self, callback_id: str, fn: Callable[..., Any], interval: float, now: float, repeat: bool
+        self, callback_id: str, fn: Callable[..., Any], interval: float, now: float
     ) -> None:
-        # The base's __init__ inlined: timers are made in bulk.
-        self.id = callback_id
-        self.fn = fn
-        self.enabled = True
-        self.referenced = True
-        self.invokable = False
-        self.queued = 1
+        self._init_queued(callback_id, fn)
         self.interval = interval
         self.expiration = now + interval
         self.entry: tuple[float, int, TimerCallback] | None = None
-        self.repeat = repeat
 
-    @property
-    def type(self) -> CallbackType:
-        """``DELAY`` or ``REPEAT``."""
-        return CallbackType.REPEAT if self.repeat else CallbackType.DELAY
+
+class DelayCallback(TimerCallback):
+    """A ``delay()``: runs once, when it expires."""
+
+    __slots__ = ()
+
+    type = CallbackType.DELAY
+    once = True
+
+
+class RepeatCallback(TimerCallback):
+    """A ``repeat()``: re-armed from the clock each time, just before it runs."""
+
+    __slots__ = ()
+
+    type = CallbackType.REPEAT
 
 
 class StreamCallback(Callback):
-    """A readable or writable callback; ``entry`` is the FdEntry it is active in."""
+    """An I/O callback, called ``fn(id, stream)``; ``entry`` is the FdEntry it is active in."""
 
-    __slots__ = ("stream", "fd", "writable", "entry")
+    __slots__ = ("arg", "fd", "entry")
 
-    def __init__(
-        self, callback_id: str, fn: Callable[..., Any], stream: Any, fd: int, writable: bool
-    ) -> None:
-        self.id = callback_id
-        self.fn = fn
-        self.enabled = self.referenced = True
-        self.invokable = False
-        self.queued = 1
-        self.stream = stream
+    writable: bool  # which of its FdEntry's maps it sits in
+
+    def __init__(self, callback_id: str, fn: Callable[..., Any], stream: Any, fd: int) -> None:
+        self._init_queued(callback_id, fn)
+        self.arg = stream
         self.fd = fd
-        self.writable = writable
         self.entry: FdEntry | None = None
 
     @property
-    def type(self) -> CallbackType:
-        """``READABLE`` or ``WRITABLE``."""
-        return CallbackType.WRITABLE if self.writable else CallbackType.READABLE
+    def stream(self) -> Any:
+        """The stream it was registered with (the callback's second argument)."""
+        return self.arg
+
+
+class ReadableCallback(StreamCallback):
+    """An ``on_readable()``: runs in every tick its stream is readable (or closed)."""
+
+    __slots__ = ()
+
+    type = CallbackType.READABLE
+    writable = False
+
+
+class WritableCallback(StreamCallback):
+    """An ``on_writable()``: runs in every tick its stream is writable (or closed)."""
+
+    __slots__ = ()
+
+    type = CallbackType.WRITABLE
+    writable = True
 
 
 class SignalCallback(Callback):
-    """A signal callback."""
+    """A signal callback, called ``fn(id, signum)``."""
 
-    __slots__ = ("signum",)
+    __slots__ = ("arg",)
+
+    arg: int
+    type = CallbackType.SIGNAL
 
     def __init__(self, callback_id: str, fn: Callable[..., Any], signum: int) -> None:
-        self.id = callback_id
-        self.fn = fn
-        self.enabled = self.referenced = True
-        self.invokable = False
-        self.queued = 1
-        self.signum = signum
+        self._init_queued(callback_id, fn)
+        self.arg = signum
 
     @property
-    def type(self) -> CallbackType:
-        """``SIGNAL``."""
-        return CallbackType.SIGNAL
+    def signum(self) -> int:
+        """The signal number (the callback's second argument)."""
+        return self.arg
 
 
 class FdEntry:
@@ -217,4 +288,3 @@ class FdEntry:
             return bool(stream.fileno() == self.fd)
         except (OSError, ValueError):
             return False
-

@@ -1,22 +1,10 @@
-"""The callback types and the errors of ``iopoll.loop``."""
+"""The errors of ``iopoll.loop``."""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
-__all__ = ["CallbackType", "InvalidCallbackError", "UncaughtError", "UnsupportedFeatureError"]
-
-
-class CallbackType(enum.Enum):
-    """What kind of event a callback waits for."""
-
-    DEFER = "defer"
-    DELAY = "delay"
-    REPEAT = "repeat"
-    READABLE = "readable"
-    WRITABLE = "writable"
-    SIGNAL = "signal"
+__all__ = ["InvalidCallbackError", "UncaughtError", "UnsupportedFeatureError"]
 
 
 def describe(fn: object) -> str:
@@ -69,20 +57,19 @@ class UncaughtError(Exception):
     @classmethod
     def from_callback(cls, fn: Callable[..., object], exc: BaseException) -> UncaughtError:
         """What ``run()`` raises when callback ``fn`` raised ``exc`` and no handler is set."""
-        error = cls(
-            f"Uncaught {type(exc).__qualname__} thrown in event loop callback {describe(fn)}; "
-            f"use set_error_handler() to handle such exceptions: {exc}"
+        return cls._thrown(
+            exc,
+            f"callback {describe(fn)}; use set_error_handler() to handle such exceptions",
         )
-        error.__cause__ = exc
-        return error
 
     @classmethod
     def from_handler(cls, fn: Callable[..., object], exc: BaseException) -> UncaughtError:
         """The error raised by ``run()`` when the error handler ``fn`` itself raised ``exc``."""
-        error = cls(
-            f"Uncaught {type(exc).__qualname__} thrown in event loop error handler "
-            f"{describe(fn)}: {exc}"
-        )
+        return cls._thrown(exc, f"error handler {describe(fn)}")
+
+    @classmethod
+    def _thrown(cls, exc: BaseException, where: str) -> UncaughtError:
+        error = cls(f"Uncaught {type(exc).__qualname__} thrown in event loop {where}: {exc}")
         error.__cause__ = exc
         return error
 

@@ -6,7 +6,7 @@ import importlib
 import inspect
 import os
 
-from ._base import Driver
+from ._interface import Driver
 
 __all__ = ["DriverFactory"]
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import time
-from typing import Any
-
 from _iopoll_core.errors import (
     FailedHandleAddError,
     InactiveWatcherError,
@@ -13,10 +9,11 @@ from _iopoll_core.errors import (
     PollError,
 )
 from _iopoll_core.events import Event
+from _iopoll_core.watcher import Watcher
 
 from .._native import Backend, Context
+from ._abstract_driver import AbstractDriver
 from ._callbacks import READ, WRITE, FdEntry
-from ._driver import MAX_WAIT, AbstractDriver
 
 __all__ = ["IoPollDriver"]
 
@@ -42,111 +39,53 @@ class _WakeTable(dict[Event, int]):
 _WAKE = _WakeTable()
 
 
-class IoPollDriver(AbstractDriver):
+class IoPollDriver(AbstractDriver[Context]):
     """The event loop on an ``iopoll.Context`` (``get_handle()`` returns it).
 
     Streams the backend refuses (regular files, ``/dev/null`` on epoll) go to a second
     ``Context(Backend.POLL)``, where they are always ready.
     """
 
-    _now = staticmethod(time.monotonic)
+    _refusals = (FailedHandleAddError,)
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
-        super().__init__()
-        self._context = Context(backend)
-        self._fallback: Context | None = None
-        self._fallback_count = 0  # fds in the fallback context: they make every wait a poll
-        self._registered = 0  # fds with a watcher in either context
-        self._wakeup: Any = None
+        super().__init__(Context(backend))
 
-    def get_handle(self) -> Context:
-        """The ``iopoll.Context`` this driver waits on."""
-        return self._context
-
-    def _io_update(self, entry: FdEntry, old: int, new: int) -> None:
-        watcher = entry.token
-        if not new:
-            if watcher is not None:
-                entry.token = None
-                self._forget(entry)
-                try:
-                    watcher.remove()  # a no-op when its stream was closed
-                except PollError:
-                    pass
-            return
-        if watcher is not None:
-            try:
-                watcher.modify_events(_EVENTS[new])
-            except InactiveWatcherError:
-                pass  # its stream was closed: its callbacks never fire again
-            return
+    def _add(self, poller: Context, entry: FdEntry, events: int) -> Watcher | None:
         try:
-            entry.token = self._context.add(entry.stream, _EVENTS[new], entry)
+            return poller.add(entry.stream, _EVENTS[events], entry)
         except InvalidHandleError:
-            return  # closed since it was registered: it never fires
-        except FailedHandleAddError as refusal:
-            entry.token = self._add_fallback(entry, _EVENTS[new], refusal)
-            entry.fallback = True
-            self._fallback_count += 1
-        self._registered += 1
+            return None  # closed since it was registered: it never fires
 
-    def _add_fallback(self, entry: FdEntry, events: Event, refusal: Exception) -> Any:
+    def _modify(self, entry: FdEntry, events: int) -> None:
         try:
-            if self._fallback is None:
-                self._fallback = Context(Backend.POLL)
-            return self._fallback.add(entry.stream, events, entry)
+            entry.token.modify_events(_EVENTS[events])
+        except InactiveWatcherError:
+            pass  # its stream was closed: its callbacks never fire again
+
+    def _remove(self, entry: FdEntry) -> None:
+        try:
+            entry.token.remove()  # a no-op when its stream was closed
         except PollError:
-            raise refusal from None
+            pass
 
-    def _forget(self, entry: FdEntry) -> None:
-        self._registered -= 1
-        if entry.fallback:
-            entry.fallback = False
-            self._fallback_count -= 1
+    def _new_fallback(self) -> Context:
+        return Context(Backend.POLL)
 
-    def _watch_wakeup(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            if self._wakeup is not None:
-                self._wakeup.remove()
-                self._wakeup = None
-                self._registered -= 1
-            return
-        self._wakeup = self._context.add(sock, Event.READ, None)
-        self._registered += 1
+    def _wait(self, poller: Context, timeout: float | None) -> list[Watcher]:
+        return poller.wait(timeout)
 
-    def _poll(self, timeout: float | None) -> None:
-        if self._fallback_count:
-            assert self._fallback is not None
-            ready = self._context.wait(0) + self._fallback.wait(0)
-        elif not self._registered:
-            # No fd to wait for: a zero timeout needs no system call at all.
-            if timeout is None:
-                time.sleep(MAX_WAIT)  # nothing can wake us but a timer-less eternity
-            elif timeout:
-                time.sleep(timeout)
-            return
-        else:
-            ready = self._context.wait(timeout)
-        if not ready:
-            return
+    def _queue_ready(self, ready: list[Watcher]) -> None:
         queue = self._queue
+        wakeup = self._wakeup
         for watcher in ready:
             # The engine's own slots, not the properties: this loop is the hot path.
             entry = watcher._data
-            if entry is None:
-                assert self._signals is not None
-                self._signals.drain()
+            if entry is wakeup:
+                self._drain_wakeup()
                 continue
             wake = _WAKE[watcher._triggered]
             if wake & READ and entry.readers:
                 queue.extend(entry.readers.values())
             if wake & WRITE and entry.writers:
                 queue.extend(entry.writers.values())
-        self._idle = False
-
-    def close(self) -> None:
-        """Restore signal state and close the contexts."""
-        super().close()
-        self._context.close()
-        if self._fallback is not None:
-            self._fallback.close()

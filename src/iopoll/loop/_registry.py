@@ -1,49 +1,51 @@
 """``CallbackRegistry``: the callbacks of a driver, their ids and life cycle, and activation.
 
-The state every driver keeps (see ``_driver.py`` for the tick and the run loop that use it):
-the records by id, the queues of what was deferred or enabled since the last tick, the timer
-heap, the per-fd entries, the signal maps.  A callback becomes active (enters the timer heap,
-its fd entry or its signal's map) in the tick after it was enabled, and leaves at once when
-disabled.  ``defer()`` and ``delay()`` are hot paths: their helpers are inlined there.
+The state every driver keeps about its callbacks (the tick that runs them is
+``AbstractDriver``'s, in ``_abstract_driver.py``): the records by id, the queues of what was
+deferred or enabled since the last tick, the timer heap, the per-fd entries, the signal maps.
+A callback becomes active (enters the timer heap, its fd entry or its signal's map) in the
+tick after it was enabled, and leaves at once when disabled.  ``defer()`` and ``delay()`` are
+hot paths: their helpers are inlined there.
+
+It needs three hooks from below, declared abstract here where they are called: ``_now()``
+(the clock), ``_io_update(entry, old, new)`` (register, modify or drop the OS registration of
+one fd) and ``_watch_wakeup(sock)`` (poll the signal wakeup socket, or stop: ``None``).
 """
 
 from __future__ import annotations
 
+import abc
 import heapq
 import itertools
-import weakref
-from collections import deque
+import socket
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-from ._base import Driver, ErrorHandler
 from ._callbacks import (
     _CO_ASYNC,
     _LETTERS,
     Callback,
+    CallbackType,
+    DeferCallback,
+    DelayCallback,
     FdEntry,
+    ReadableCallback,
+    RepeatCallback,
     SignalCallback,
     StreamCallback,
     TimerCallback,
+    WritableCallback,
     check_callback,
     check_seconds,
     new_defer,
     next_id,
     stream_fd,
 )
-from ._errors import CallbackType, InvalidCallbackError
+from ._errors import InvalidCallbackError
+from ._interface import Driver
 from ._signals import SignalState
 
-if TYPE_CHECKING:
-    import socket
-
-    from ._suspension import Suspension
-
 __all__ = ["CallbackRegistry"]
-
-
-def _no_greenlet() -> Any:
-    raise RuntimeError("greenlet is not in use")
 
 
 class CallbackRegistry(Driver):
@@ -61,40 +63,28 @@ class CallbackRegistry(Driver):
         # Deferred callbacks for the next tick.  A disabled one stays here, not invokable; an
         # enable() gives a defer a fresh record, so a stale record never runs.
         self._defers: list[Callback] = []
-        self._microtasks: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
-        self._queue: deque[Callback] = deque()
+        self._stale_queued = 0  # entries of disabled callbacks in _defers and _enable_queue
         self._live = 0  # enabled and referenced callbacks: run() goes on while > 0
-        self._idle = False
-        self._stopped = False
-        self._running = False
-        self._interrupt: Any = None  # an exception for run(), or a resumed main Suspension
-        self._error_handler: ErrorHandler | None = None
         self._timers: list[tuple[float, int, TimerCallback]] = []
         self._timer_seq = itertools.count()
-        self._dead_timers = 0
-        self._stale_queued = 0  # entries of disabled callbacks in _defers and _enable_queue
+        self._dead_timers = 0  # heap entries of timers disabled since: skipped when popped
         self._entries: dict[int, FdEntry] = {}
-        self._signals: SignalState | None = None
+        self._signals: SignalState | None = None  # held only while there are signal callbacks
         self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
-        self._loop_greenlet: Any = None
-        self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
-        self._main_suspension: Suspension | None = None
-        self._last_suspension: Suspension | None = None
-        self._getcurrent: Callable[[], Any] = _no_greenlet
 
-    # -- backend hooks ----------------------------------------------------------------------
+    # -- hooks ----------------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _now(self) -> float:
-        raise NotImplementedError
+        """The clock timers run on, in seconds."""
 
+    @abc.abstractmethod
     def _io_update(self, entry: FdEntry, old: int, new: int) -> None:
-        raise NotImplementedError
+        """Register, modify or drop ``entry``'s OS registration: it wanted ``old``, now ``new``."""
 
-    def _poll(self, timeout: float | None) -> None:
-        raise NotImplementedError
-
+    @abc.abstractmethod
     def _watch_wakeup(self, sock: socket.socket | None) -> None:
-        raise NotImplementedError
+        """Poll the signal wakeup socket ``sock`` for reading; ``None``: stop polling it."""
 
     # -- registration -------------------------------------------------------------------------
 
@@ -109,10 +99,6 @@ class CallbackRegistry(Driver):
         self._id_prefix = next_id(self._id_prefix) if self._id_prefix else "a"
         return 0
 
-    def queue(self, fn: Callable[..., None], /, *args: Any) -> None:
-        check_callback(fn, "fn")
-        self._microtasks.append((fn, args))
-
     def defer(self, fn: Callable[[str], None]) -> str:
         try:
             if fn.__code__.co_flags & _CO_ASYNC:
@@ -125,7 +111,7 @@ class CallbackRegistry(Driver):
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
         # new_defer(), inlined
-        callback = self._callbacks[callback_id] = Callback()
+        callback = self._callbacks[callback_id] = DeferCallback()
         callback.id = callback_id
         callback.fn = fn
         callback.enabled = callback.referenced = callback.invokable = True
@@ -133,13 +119,15 @@ class CallbackRegistry(Driver):
         self._live += 1
         return callback_id
 
-    def _add_timer(self, seconds: float, fn: Callable[[str], None], repeat: bool) -> str:
+    def _add_timer(
+        self, seconds: float, fn: Callable[[str], None], kind: type[TimerCallback]
+    ) -> str:
         index = self._id_index  # _new_id(), inlined on the hot paths
         if index == 26:
             index = self._carry()
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
-        callback = TimerCallback(callback_id, fn, seconds, self._now(), repeat)
+        callback = kind(callback_id, fn, seconds, self._now())
         self._callbacks[callback_id] = callback
         self._enable_queue.append(callback)
         self._live += 1
@@ -151,14 +139,16 @@ class CallbackRegistry(Driver):
         code = getattr(fn, "__code__", None)
         if code is None or code.co_flags & _CO_ASYNC:
             check_callback(fn)
-        return self._add_timer(seconds, fn, False)
+        return self._add_timer(seconds, fn, DelayCallback)
 
     def repeat(self, interval: float, fn: Callable[[str], None]) -> str:
         interval = check_seconds(interval, "interval")
         check_callback(fn)
-        return self._add_timer(interval, fn, True)
+        return self._add_timer(interval, fn, RepeatCallback)
 
-    def _add_stream(self, stream: Any, fn: Callable[[str, Any], None], writable: bool) -> str:
+    def _add_stream(
+        self, stream: Any, fn: Callable[[str, Any], None], kind: type[StreamCallback]
+    ) -> str:
         fd = stream_fd(stream)
         check_callback(fn)
         index = self._id_index  # _new_id(), inlined on the hot paths
@@ -166,17 +156,17 @@ class CallbackRegistry(Driver):
             index = self._carry()
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
-        callback = StreamCallback(callback_id, fn, stream, fd, writable)
+        callback = kind(callback_id, fn, stream, fd)
         self._callbacks[callback_id] = callback
         self._enable_queue.append(callback)
         self._live += 1
         return callback_id
 
     def on_readable(self, stream: Any, fn: Callable[[str, Any], None]) -> str:
-        return self._add_stream(stream, fn, False)
+        return self._add_stream(stream, fn, ReadableCallback)
 
     def on_writable(self, stream: Any, fn: Callable[[str, Any], None]) -> str:
-        return self._add_stream(stream, fn, True)
+        return self._add_stream(stream, fn, WritableCallback)
 
     def on_signal(self, signum: int, fn: Callable[[str, int], None]) -> str:
         signum = SignalState.check_signum(signum)
@@ -201,15 +191,15 @@ class CallbackRegistry(Driver):
             return callback_id
         if callback.referenced:
             self._live += 1
-        if type(callback) is Callback:
+        if isinstance(callback, DeferCallback):
             # A fresh record: the old one may still sit in this tick's queue, not invokable.
             fresh = self._callbacks[callback_id] = new_defer(callback_id, callback.fn)
             fresh.referenced = callback.referenced
             self._defers.append(fresh)
         else:
             callback.enabled = True
-            if type(callback) is TimerCallback:
-                callback.expiration = self._now() + callback.interval
+            if isinstance(callback, TimerCallback):
+                callback.expiration = self._now() + callback.interval  # re-armed from now
             callback.queued += 1
             self._enable_queue.append(callback)
         return callback_id
@@ -222,7 +212,7 @@ class CallbackRegistry(Driver):
         callback.invokable = False
         if callback.referenced:
             self._live -= 1
-        if type(callback) is Callback or callback.queued:
+        if isinstance(callback, DeferCallback) or callback.queued:
             # Its queue entry stays until the next tick; many registrations disabled before
             # one (a loop not run yet) must not pile up.
             stale = self._stale_queued = self._stale_queued + 1
@@ -247,7 +237,7 @@ class CallbackRegistry(Driver):
     def cancel(self, callback_id: str) -> None:
         self.disable(callback_id)
         callback = self._callbacks.pop(callback_id, None)
-        if type(callback) is SignalCallback and self._signals is not None:
+        if isinstance(callback, SignalCallback) and self._signals is not None:
             self._signals.remove(callback.signum)
 
     def reference(self, callback_id: str) -> str:
@@ -288,21 +278,6 @@ class CallbackRegistry(Driver):
     def is_referenced(self, callback_id: str) -> bool:
         return self._get(callback_id).referenced
 
-    def set_error_handler(self, handler: ErrorHandler | None) -> ErrorHandler | None:
-        if handler is not None:
-            check_callback(handler, "handler")
-        previous, self._error_handler = self._error_handler, handler
-        return previous
-
-    def get_error_handler(self) -> ErrorHandler | None:
-        return self._error_handler
-
-    def is_running(self) -> bool:
-        return self._running
-
-    def stop(self) -> None:
-        self._stopped = True
-
     # -- activation ------------------------------------------------------------------------------
 
     def _activate(self, callbacks: Iterable[Callback]) -> None:
@@ -313,11 +288,9 @@ class CallbackRegistry(Driver):
             if queued or not callback.enabled:
                 continue  # a later entry activates it, or it was disabled since
             callback.invokable = True
-            kind = type(callback)
-            if kind is TimerCallback:
-                timer = cast(TimerCallback, callback)
-                entry = (timer.expiration, next(seq), timer)
-                timer.entry = entry
+            if isinstance(callback, TimerCallback):
+                entry = (callback.expiration, next(seq), callback)
+                callback.entry = entry
                 heapq.heappush(timers, entry)
             elif isinstance(callback, StreamCallback):
                 self._activate_stream(callback)
@@ -352,22 +325,27 @@ class CallbackRegistry(Driver):
         self._io_update(entry, old, new)
 
     def _deactivate(self, callback: Callback) -> None:
-        kind = type(callback)
-        if kind is TimerCallback:
-            if callback.entry is not None:  # type: ignore[attr-defined]
-                callback.entry = None  # type: ignore[attr-defined]
+        if isinstance(callback, TimerCallback):
+            if callback.entry is not None:
+                callback.entry = None
                 self._dead_timers += 1
                 if self._dead_timers > 64 and self._dead_timers * 2 > len(self._timers):
                     self._timers = [item for item in self._timers if item[2].entry is item]
                     heapq.heapify(self._timers)
                     self._dead_timers = 0
-        elif kind is StreamCallback:
-            entry = callback.entry  # type: ignore[attr-defined]
+        elif isinstance(callback, StreamCallback):
+            entry = callback.entry
             if entry is not None:
-                callback.entry = None  # type: ignore[attr-defined]
-                del (entry.writers if callback.writable else entry.readers)[callback.id]  # type: ignore[attr-defined]
+                callback.entry = None
+                del (entry.writers if callback.writable else entry.readers)[callback.id]
                 self._update_entry(entry)
-        elif kind is SignalCallback:
-            callbacks = self._signal_callbacks.get(callback.signum)  # type: ignore[attr-defined]
+        elif isinstance(callback, SignalCallback):
+            callbacks = self._signal_callbacks.get(callback.signum)
             if callbacks is not None:
                 callbacks.pop(callback.id, None)
+
+    def close(self) -> None:
+        """Restore the signal handlers and wakeup fd this driver installed."""
+        if self._signals is not None:
+            self._signals.close()
+            self._signals = None

@@ -3,116 +3,69 @@
 from __future__ import annotations
 
 import selectors
-import socket
-import time
-from typing import Any
 
+from ._abstract_driver import AbstractDriver
 from ._callbacks import READ, WRITE, FdEntry
-from ._driver import MAX_WAIT, AbstractDriver
 
 __all__ = ["SelectorsDriver"]
 
 # selectors' EVENT_READ and EVENT_WRITE are our READ and WRITE bits.
 assert selectors.EVENT_READ == READ and selectors.EVENT_WRITE == WRITE
 
+_Ready = list[tuple[selectors.SelectorKey, int]]
 
-class SelectorsDriver(AbstractDriver):
+
+class SelectorsDriver(AbstractDriver[selectors.BaseSelector]):
     """The event loop on ``selectors.DefaultSelector`` (``get_handle()`` returns it).
 
     Streams the selector refuses (regular files on epoll) go to a ``PollSelector``, where
     they are always ready.  The stdlib selectors wake both directions on error and hang-up.
+    An fd's token is the selector it is registered with.
     """
 
-    _now = staticmethod(time.monotonic)
+    _refusals = (ValueError, OSError)
 
     def __init__(self) -> None:
-        super().__init__()
-        self._selector = selectors.DefaultSelector()
-        self._fallback: selectors.BaseSelector | None = None
-        self._fallback_count = 0
-        self._registered = 0
-        self._wakeup: socket.socket | None = None
+        super().__init__(selectors.DefaultSelector())
 
-    def get_handle(self) -> selectors.BaseSelector:
-        """The ``selectors`` object this driver waits on."""
-        return self._selector
-
-    def _io_update(self, entry: FdEntry, old: int, new: int) -> None:
-        selector = self._fallback if entry.fallback else self._selector
-        assert selector is not None
-        if not new:
-            if entry.token is not None:
-                entry.token = None
-                self._registered -= 1
-                if entry.fallback:
-                    self._fallback_count -= 1
-                try:
-                    selector.unregister(entry.fd)
-                except (KeyError, ValueError, OSError):
-                    pass  # closed behind our back
-            return
-        if entry.token is not None:
-            try:
-                selector.modify(entry.fd, new, entry)
-            except (KeyError, ValueError, OSError):
-                pass  # its stream was closed: its callbacks never fire again
-            return
+    def _add(
+        self, poller: selectors.BaseSelector, entry: FdEntry, events: int
+    ) -> selectors.BaseSelector | None:
         try:
-            entry.token = self._selector.register(entry.fd, new, entry)
-        except (ValueError, OSError) as refusal:
+            poller.register(entry.fd, events, entry)
+        except (ValueError, OSError):
             if not entry.alive():
-                return  # closed since it was registered: it never fires
-            if self._fallback is None:
-                self._fallback = selectors.PollSelector()
-            try:
-                entry.token = self._fallback.register(entry.fd, new, entry)
-            except (ValueError, OSError):
-                raise refusal from None
-            entry.fallback = True
-            self._fallback_count += 1
-        self._registered += 1
+                return None  # closed since it was registered: it never fires
+            raise
+        return poller
 
-    def _watch_wakeup(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            if self._wakeup is not None:
-                self._selector.unregister(self._wakeup)
-                self._wakeup = None
-                self._registered -= 1
-            return
-        self._selector.register(sock, selectors.EVENT_READ, None)
-        self._wakeup = sock
-        self._registered += 1
+    def _modify(self, entry: FdEntry, events: int) -> None:
+        try:
+            entry.token.modify(entry.fd, events, entry)
+        except (KeyError, ValueError, OSError):
+            pass  # its stream was closed: its callbacks never fire again
 
-    def _poll(self, timeout: float | None) -> None:
-        if self._fallback_count:
-            assert self._fallback is not None
-            ready = self._selector.select(0) + self._fallback.select(0)
-        elif not self._registered:
-            if timeout is None:
-                time.sleep(MAX_WAIT)
-            elif timeout:
-                time.sleep(timeout)
-            return
-        else:
-            ready = self._selector.select(timeout)
-        if not ready:
-            return
+    def _remove(self, entry: FdEntry) -> None:
+        try:
+            entry.token.unregister(entry.fd)
+        except (KeyError, ValueError, OSError):
+            pass  # closed behind our back
+
+    def _new_fallback(self) -> selectors.BaseSelector:
+        return selectors.PollSelector()
+
+    def _wait(self, poller: selectors.BaseSelector, timeout: float | None) -> _Ready:
+        return poller.select(timeout)
+
+    def _queue_ready(self, ready: _Ready) -> None:
         queue = self._queue
-        for key, mask in ready:
-            entry: Any = key.data
-            if entry is None:
-                assert self._signals is not None
-                self._signals.drain()
+        wakeup = self._wakeup
+        for key, wake in ready:
+            entry = key.data
+            if entry is wakeup:
+                self._drain_wakeup()
                 continue
-            if mask & READ and entry.readers:
+            if wake & READ and entry.readers:
                 queue.extend(entry.readers.values())
-            if mask & WRITE and entry.writers:
+            if wake & WRITE and entry.writers:
                 queue.extend(entry.writers.values())
-        self._idle = False
-
-    def close(self) -> None:
-        """Restore signal state and close the selectors."""
-        super().close()
-        self._selector.close()
-        if self._fallback is not None:
-            self._fallback.close()

@@ -1,28 +1,38 @@
-"""Revolt-style suspensions on greenlet (the optional ``iopoll[greenlet]`` extra).
+"""Revolt-style suspensions on greenlet (the optional ``iopoll[greenlet]`` extra), and the
+``LoopRunner`` that enters a driver's loop.
 
 A greenlet other than the root one behaves like a PHP Fiber: ``suspend()`` switches to its
 parent (whoever started or last resumed it), and ``resume()``/``throw()`` queue a microtask
 that switches back into it, so resumption is never re-entrant.  The root greenlet ("main")
 runs the loop from ``suspend()``; ``resume()`` makes the loop hand control back to it after
 the current callback.  If the loop ends while main is still suspended, ``suspend()`` raises.
+
+All of a driver's greenlet state is one ``LoopRunner``: whether the loop runs, the greenlet
+that runs it, and the suspensions handed out.  Callbacks run in the loop greenlet itself, so
+a tick costs no switch.  When one suspends, its greenlet keeps the stack, a successor greenlet
+takes the loop over (``hand_over()``), and the suspended one, once resumed, finishes its
+callback and ends (``Superseded``) instead of running ticks.
+
+This module knows nothing of the driver's classes: the driver hands its runner the three
+functions it needs (see ``LoopRunner``).
 """
 
 from __future__ import annotations
 
 import importlib
 import weakref
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._errors import UnsupportedFeatureError
 
-if TYPE_CHECKING:
-    from ._driver import AbstractDriver
-
-__all__ = ["Suspension", "greenlet_module", "suspension_for"]
+__all__ = ["LoopRunner", "Superseded", "Suspension", "greenlet_module"]
 
 _SUSPENDED = object()
 _module: ModuleType | bool | None = False  # False: not looked for yet
+
+Microtask = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 def greenlet_module() -> ModuleType | None:
@@ -36,33 +46,143 @@ def greenlet_module() -> ModuleType | None:
     return _module  # type: ignore[return-value]
 
 
-def suspension_for(driver: AbstractDriver) -> Suspension:
-    """The suspension of the current greenlet (one per greenlet), for ``get_suspension()``."""
-    module: Any = greenlet_module()
-    if module is None:
-        raise UnsupportedFeatureError(
-            "Suspensions need the greenlet package: pip install 'iopoll[greenlet]'"
-        )
-    driver._getcurrent = module.getcurrent
-    current = module.getcurrent()
-    if current.parent is None:
-        suspension = driver._main_suspension
-        if suspension is None or suspension._dead:
-            suspension = driver._main_suspension = Suspension(driver, current, main=True)
+def _no_greenlet() -> Any:
+    raise RuntimeError("greenlet is not in use")
+
+
+class Superseded(BaseException):
+    """Ends a loop greenlet whose callback suspended and was resumed after a successor took over."""
+
+
+class LoopRunner:
+    """Enters one driver's loop (in a loop greenlet when greenlet is installed) and hands out
+    that driver's suspensions.
+
+    The driver supplies ``run_loop(fresh)`` (its loop: ticks until stopped, empty or
+    interrupted), ``interrupt(value)`` (end the loop after the current callback and hand it
+    ``value``, unless an interrupt is pending already) and ``queue((fn, args))`` (append a
+    microtask).
+    """
+
+    __slots__ = (
+        "running",
+        "loop",
+        "getcurrent",
+        "interrupt",
+        "queue",
+        "_run_loop",
+        "_suspensions",
+        "_main",
+        "_last",
+    )
+
+    def __init__(
+        self,
+        run_loop: Callable[[bool], None],
+        interrupt: Callable[[object], None],
+        queue: Callable[[Microtask], None],
+    ) -> None:
+        self.running = False  # run(), or a suspend() of the main greenlet, runs the loop
+        self.loop: Any = None  # the greenlet running the loop; None until greenlet is used
+        self.getcurrent: Callable[[], Any] = _no_greenlet  # greenlet.getcurrent, once in use
+        self.interrupt = interrupt
+        self.queue = queue
+        self._run_loop = run_loop
+        self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
+        self._main: Suspension | None = None  # the root greenlet's suspension
+        self._last: Suspension | None = None  # the one handed out last
+
+    def run(self) -> None:
+        """Run the loop until it ends (``Driver.run()``); raise what interrupted it."""
+        if self.running:
+            raise RuntimeError("The event loop is already running")
+        if greenlet_module() is None:
+            self.running = True
+            try:
+                self._run_loop(True)
+            finally:
+                self.running = False
+            return
+        interrupt = self.enter()
+        if isinstance(interrupt, BaseException):
+            raise interrupt
+
+    def enter(self) -> object:
+        """Switch into the loop greenlet (made afresh if none is pending); return its interrupt:
+        ``None`` when the loop ended, the main ``Suspension`` it resumed, or an exception."""
+        module: Any = greenlet_module()
+        self.getcurrent = module.getcurrent
+        loop = self.loop
+        fresh = loop is None or loop.dead
+        if fresh:
+            loop = self.loop = module.greenlet(self._loop_main)
+        try:
+            loop.parent = module.getcurrent()
+        except ValueError:
+            raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
+        self.running = True
+        try:
+            return loop.switch(True) if fresh else loop.switch()
+        finally:
+            self.running = False
+
+    def _loop_main(self, fresh: bool) -> None:
+        try:
+            self._run_loop(fresh)
+        except Superseded:
+            pass  # back to whoever resumed this greenlet's suspended callback
+
+    def hand_over(self) -> None:
+        """The loop greenlet's callback suspends: a successor greenlet continues the loop."""
+        current = self.loop
+        successor = type(current)(self._loop_main, current.parent)
+        self.loop = successor
+        successor.switch(False)
+
+    def deliver(self, interrupt: object) -> None:
+        """Hand ``interrupt`` to whoever runs the loop (``run()`` or a main ``suspend()``).
+
+        Without greenlet it can only be an exception, and is raised.  With greenlet, the next
+        ``run()`` or main ``suspend()`` switches back in here and the loop goes on.
+        """
+        if self.loop is None:
+            assert isinstance(interrupt, BaseException)
+            raise interrupt
+        self.getcurrent().parent.switch(interrupt)
+
+    def suspension(self) -> Suspension:
+        """The suspension of the current greenlet, one per greenlet (``get_suspension()``)."""
+        # The last one handed out, while its greenlet asks again: a callback that suspends
+        # in a loop asks once per iteration.
+        last = self._last
+        if last is not None and last._greenlet() is self.getcurrent() and not last._dead:
+            return last
+        module: Any = greenlet_module()
+        if module is None:
+            raise UnsupportedFeatureError(
+                "Suspensions need the greenlet package: pip install 'iopoll[greenlet]'"
+            )
+        self.getcurrent = module.getcurrent
+        current = module.getcurrent()
+        if current.parent is None:
+            suspension = self._main
+            if suspension is None or suspension._dead:
+                suspension = self._main = Suspension(self, current, main=True)
+        else:
+            if self._suspensions is None:
+                self._suspensions = weakref.WeakKeyDictionary()
+            suspension = self._suspensions.get(current)
+            if suspension is None:
+                suspension = self._suspensions[current] = Suspension(self, current, main=False)
+        self._last = suspension
         return suspension
-    if driver._suspensions is None:
-        driver._suspensions = weakref.WeakKeyDictionary()
-    suspension = driver._suspensions.get(current)
-    if suspension is None:
-        suspension = driver._suspensions[current] = Suspension(driver, current, main=False)
-    return suspension
 
 
 class Suspension:
     """Suspends the greenlet it belongs to until ``resume()`` or ``throw()`` is called."""
 
     __slots__ = (
-        "_driver",
+        "_runner",
         "_greenlet",
         "_getcurrent",
         "_main",
@@ -72,8 +192,8 @@ class Suspension:
         "_dead",
     )
 
-    def __init__(self, driver: AbstractDriver, owner: Any, *, main: bool) -> None:
-        self._driver = driver
+    def __init__(self, runner: LoopRunner, owner: Any, *, main: bool) -> None:
+        self._runner = runner
         self._greenlet = weakref.ref(owner)
         self._getcurrent: Any = greenlet_module().getcurrent  # type: ignore[union-attr]
         self._main = main
@@ -95,12 +215,13 @@ class Suspension:
         if self._dead:
             raise RuntimeError("Suspension is dead: the event loop ended without resuming it")
         self._pending = True
+        runner = self._runner
         if self._main:
-            if self._driver._running:
+            if runner.running:
                 self._pending = False
                 raise RuntimeError("Cannot suspend the main greenlet while the loop runs")
             try:
-                interrupt = self._driver._enter_loop()
+                interrupt = runner.enter()
             except BaseException:
                 self._pending = False
                 raise
@@ -114,8 +235,8 @@ class Suspension:
             if isinstance(interrupt, BaseException):
                 self._pending = False
                 raise interrupt
-        elif owner is self._driver._loop_greenlet:
-            self._driver._hand_over()  # the loop goes on in a successor; we wait to be resumed
+        elif owner is runner.loop:
+            runner.hand_over()  # the loop goes on in a successor; we wait to be resumed
         else:
             owner.parent.switch(_SUSPENDED)
         error, value = self._error, self._value
@@ -142,10 +263,9 @@ class Suspension:
         self._pending = False
         self._value, self._error = value, error
         if self._main:
-            if self._driver._interrupt is None:
-                self._driver._interrupt = self
+            self._runner.interrupt(self)
         else:
-            self._driver._microtasks.append((self._switch_in, ()))
+            self._runner.queue((self._switch_in, ()))
 
     def _switch_in(self) -> None:
         owner = self._greenlet()

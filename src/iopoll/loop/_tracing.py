@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from types import FrameType
+from typing import Any
 
-from ._base import Driver, ErrorHandler
-from ._errors import CallbackType, InvalidCallbackError
-
-if TYPE_CHECKING:
-    from ._suspension import Suspension
+from ._callbacks import CallbackType, check_callback
+from ._errors import InvalidCallbackError
+from ._interface import Driver, ErrorHandler
+from ._suspension import Suspension
 
 __all__ = ["TracingDriver"]
 
+_PACKAGE = __name__.rpartition(".")[0]  # iopoll.loop
+
+
+def _inside_package(frame: FrameType) -> bool:
+    name: str = frame.f_globals.get("__name__", "")
+    return name == _PACKAGE or name.startswith(_PACKAGE + ".")
+
 
 def _trace() -> str:
-    # Drop the frames of this module: the trace starts where the user called us.
-    return "".join(traceback.format_stack()[:-3])
+    """The stack from the innermost frame outside ``iopoll.loop`` out: where the user called
+    a driver method (directly or through the module functions), however deep inside we are."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and _inside_package(frame):
+        frame = frame.f_back
+    return "".join(traceback.format_stack(frame))
 
 
 class TracingDriver(Driver):
@@ -66,14 +78,10 @@ class TracingDriver(Driver):
         self._driver.queue(fn, *args)
 
     def defer(self, fn: Callable[[str], None]) -> str:
-        from ._callbacks import check_callback
-
         check_callback(fn)
         return self._record(self._driver.defer(self._once(fn)))
 
     def delay(self, seconds: float, fn: Callable[[str], None]) -> str:
-        from ._callbacks import check_callback
-
         check_callback(fn)
         return self._record(self._driver.delay(seconds, self._once(fn)))
 
@@ -101,11 +109,15 @@ class TracingDriver(Driver):
                 error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
         return error
 
-    def enable(self, callback_id: str) -> str:
+    def _checked(self, method: Callable[[str], str], callback_id: str) -> str:
+        """``method(callback_id)``, its ``InvalidCallbackError`` annotated with the traces."""
         try:
-            self._driver.enable(callback_id)
+            return method(callback_id)
         except InvalidCallbackError as error:
             raise self._annotate(error, callback_id) from None
+
+    def enable(self, callback_id: str) -> str:
+        self._checked(self._driver.enable, callback_id)
         self._enabled.add(callback_id)
         return callback_id
 
@@ -121,10 +133,7 @@ class TracingDriver(Driver):
         self._unreferenced.discard(callback_id)
 
     def reference(self, callback_id: str) -> str:
-        try:
-            self._driver.reference(callback_id)
-        except InvalidCallbackError as error:
-            raise self._annotate(error, callback_id) from None
+        self._checked(self._driver.reference, callback_id)
         self._unreferenced.discard(callback_id)
         return callback_id
 

@@ -1,15 +1,17 @@
-"""``Driver``: the interface every event-loop driver implements (Revolt's contract)."""
+"""``Driver``: the interface every event-loop driver implements (Revolt's ``Driver``).
+
+Only the contract: abstract methods, each with the rule it must keep (SPEC 9.1).  The shared
+implementation is ``AbstractDriver`` (``_abstract_driver.py``).
+"""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._errors import CallbackType
-
-if TYPE_CHECKING:
-    from ._suspension import Suspension
+from ._callbacks import CallbackType
+from ._suspension import Suspension
 
 __all__ = ["Driver", "ErrorHandler"]
 

@@ -1,6 +1,23 @@
-"""Revolt's DriverTest, ported: one base class, run against every driver by subclasses.
+"""The driver contract of ``iopoll.loop`` (Revolt's rules, SPEC 9.1), for any ``Driver``.
 
-It holds no test class itself: ``test_loop_drivers.py`` subclasses it per driver.
+Revolt's ``DriverTest`` ported to Python: ``DriverConformance`` is a mixin holding every rule
+as a pytest test; subclass it once per driver, with a ``make()`` that returns a fresh driver::
+
+    # test_my_driver.py   (run with: pytest test_my_driver.py)
+    from iopoll.loop import Driver
+    from iopoll_conformance.loop import DriverConformance
+
+    from mypkg import MyDriver
+
+
+    class TestMyDriver(DriverConformance):
+        def make(self) -> Driver:
+            return MyDriver()
+
+The categories: liveness, timers, life cycle, introspection, invalid ids, tick ordering, run
+and stop, callback arguments, errors, signals, streams, microtasks and memory.  The signal
+rules send ``SIGUSR1`` and ``SIGUSR2`` to the process; the suspension rules are not here
+(they need greenlet: see ``tests/test_loop_extras.py``).
 """
 
 from __future__ import annotations
@@ -26,11 +43,42 @@ from iopoll.loop import (
     UncaughtError,
 )
 
+__all__ = ["DriverConformance", "receive_once"]
+
 Registrar = Callable[[Driver, Callable[..., None]], str]
 
 
 def _nil(*results: object) -> None:
     """Discard what a lambda's calls return: callbacks must return None."""
+
+
+def _appending(items: list[Any], value: object) -> Callable[..., None]:
+    """A callback, whatever its arguments, that appends ``value`` to ``items``."""
+    return lambda *args: items.append(value)
+
+
+def _raising(error: Exception) -> Callable[..., None]:
+    """A callback, whatever its arguments, that raises ``error``."""
+
+    def fn(*args: object) -> None:
+        raise error
+
+    return fn
+
+
+def receive_once(driver: Driver, reader: socket.socket) -> list[bytes]:
+    """Watch ``reader`` with a callback that receives once, then cancels itself.
+
+    Returns the list that callback appends what it received to.
+    """
+    got: list[bytes] = []
+
+    def fn(callback_id: str, stream: Any) -> None:
+        got.append(stream.recv(10))
+        driver.cancel(callback_id)
+
+    driver.on_readable(reader, fn)
+    return got
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -41,13 +89,33 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 
 
 class DriverConformance:
-    """The contract of ``iopoll.loop.Driver``; subclasses set ``make()``."""
+    """The contract of ``iopoll.loop.Driver``, as pytest tests; subclass it per driver.
+
+    A subclass (named ``Test...`` so that pytest collects it) must define ``make()``:
+
+    * ``make() -> Driver`` returns a new driver, not yet run.  Each test makes its own,
+      through the ``loop`` fixture; after the test, the fixture cancels every callback left
+      (which restores the signal handlers) and calls the driver's ``close()`` if it has one.
+      ``make()`` must change no process-wide state (a rule the suite checks).
+
+    It may also set:
+
+    * ``leaks = False`` for a driver that keeps a record of every callback on purpose (as
+      ``TracingDriver`` does): the memory rule is then skipped.
+
+    ``pair()``, ``registrations()``, ``writable_once()`` and ``assert_writable_runs_once()``
+    are helpers for the tests, and for tests a subclass adds.
+    """
+
+    leaks = True
 
     def make(self) -> Driver:
-        raise NotImplementedError
+        """A new driver to test (a subclass must define it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define make() -> Driver")
 
     @pytest.fixture
     def loop(self) -> Iterator[Driver]:
+        """A driver from ``make()``, cleaned up after the test."""
         driver = self.make()
         self._sockets: list[socket.socket] = []
         yield driver
@@ -60,6 +128,7 @@ class DriverConformance:
             close()
 
     def pair(self) -> tuple[socket.socket, socket.socket]:
+        """A non-blocking socketpair, closed after the test."""
         a, b = _pair()
         self._sockets += [a, b]
         return a, b
@@ -242,7 +311,7 @@ class DriverConformance:
     def test_timers_fire_in_expiration_order(self, loop: Driver) -> None:
         order: list[float] = []
         for seconds in (0.03, 0.01, 0.02, 0.0):
-            loop.delay(seconds, lambda cid, s=seconds: order.append(s))
+            loop.delay(seconds, _appending(order, seconds))
         loop.run()
         assert order == [0.0, 0.01, 0.02, 0.03]
 
@@ -278,7 +347,12 @@ class DriverConformance:
     def test_disable_in_same_tick_prevents_later_callback(self, loop: Driver) -> None:
         calls: list[str] = []
         later: list[str] = []
-        loop.defer(lambda cid: _nil(calls.append("first"), loop.disable(later[0])))
+
+        def first(cid: str) -> None:
+            calls.append("first")
+            loop.disable(later[0])
+
+        loop.defer(first)
         later.append(loop.defer(lambda cid: calls.append("second")))
         loop.run()
         assert calls == ["first"]
@@ -429,7 +503,12 @@ class DriverConformance:
 
     def test_stop_lets_tick_finish_and_skips_later_timers(self, loop: Driver) -> None:
         log: list[str] = []
-        loop.defer(lambda cid: _nil(loop.stop(), log.append("a")))
+
+        def first(cid: str) -> None:
+            loop.stop()
+            log.append("a")
+
+        loop.defer(first)
         loop.defer(lambda cid: log.append("b"))
         later = loop.delay(0.2, lambda cid: log.append("later"))
         loop.run()
@@ -562,7 +641,7 @@ class DriverConformance:
         assert loop.get_error_handler() == caught.append
         errors = [KeyError("a"), ValueError("b")]
         for error in errors:
-            loop.defer(lambda cid, e=error: (_ for _ in ()).throw(e))
+            loop.defer(_raising(error))
         loop.run()
         assert caught == errors
         previous = loop.set_error_handler(None)
@@ -596,7 +675,7 @@ class DriverConformance:
         assert info.value is original
 
     def test_non_none_return_is_invalid_callback_error(self, loop: Driver) -> None:
-        callback_id = loop.defer(lambda cid: 42)  # type: ignore[arg-type,return-value]
+        callback_id = loop.defer(lambda cid: 42)  # type: ignore[arg-type]
         with pytest.raises(UncaughtError) as info:
             loop.run()
         cause = info.value.__cause__
@@ -652,7 +731,7 @@ class DriverConformance:
         got: list[str] = []
         ids: list[str] = []
         for name in ("a", "b", "c"):
-            ids.append(loop.on_signal(signal.SIGUSR2, lambda cid, s, n=name: got.append(n)))
+            ids.append(loop.on_signal(signal.SIGUSR2, _appending(got, name)))
         loop.disable(ids[1])
         loop.cancel(ids[2])
 
@@ -723,20 +802,37 @@ class DriverConformance:
 
     # -- streams ----------------------------------------------------------------------------------
 
-    def test_on_writable_fires(self, loop: Driver) -> None:
-        _, writer = self.pair()
+    @staticmethod
+    def writable_once(loop: Driver, writer: socket.socket, got: list[str]) -> str:
+        """Watch ``writer`` with a callback that appends its id to ``got``, then cancels."""
+
+        def fn(cid: str, stream: Any) -> None:
+            got.append(cid)
+            loop.cancel(cid)
+
+        return loop.on_writable(writer, fn)
+
+    def assert_writable_runs_once(self, loop: Driver, writer: socket.socket) -> None:
+        """Run ``loop`` with ``writable_once()`` on ``writer``: its callback must run once."""
         got: list[str] = []
-        loop.on_writable(writer, lambda cid, s: _nil(got.append(cid), loop.cancel(cid)))
+        self.writable_once(loop, writer, got)
         loop.run()
         assert len(got) == 1
+
+    def test_on_writable_fires(self, loop: Driver) -> None:
+        _, writer = self.pair()
+        self.assert_writable_runs_once(loop, writer)
 
     def test_disabled_writable_is_silent_until_enabled(self, loop: Driver) -> None:
         _, writer = self.pair()
         got: list[str] = []
-        callback_id = loop.disable(
-            loop.on_writable(writer, lambda cid, s: _nil(got.append(cid), loop.cancel(cid)))
-        )
-        loop.delay(0.02, lambda cid: _nil(got.append("enable"), loop.enable(callback_id)))
+        callback_id = loop.disable(self.writable_once(loop, writer, got))
+
+        def enable(cid: str) -> None:
+            got.append("enable")
+            loop.enable(callback_id)
+
+        loop.delay(0.02, enable)
         loop.run()
         assert got == ["enable", callback_id]
 
@@ -796,11 +892,11 @@ class DriverConformance:
         reader, writer = self.pair()
         writer.send(b"unread")
         got: list[str] = []
-        loop.on_writable(writer, lambda cid, s: _nil(got.append("w"), loop.cancel(cid)))
+        self.writable_once(loop, writer, got)
         reader.close()  # the writer's peer is gone: error and hang-up on the writer
         self._sockets.remove(reader)
         loop.run()
-        assert got.count("w") == 1
+        assert len(got) == 1
 
     def test_cancel_after_stream_is_closed(self, loop: Driver) -> None:
         reader, writer = self.pair()
@@ -810,10 +906,7 @@ class DriverConformance:
         reader.close()
         loop.cancel(callback_id)
         assert callback_id not in loop.get_identifiers()
-        got: list[str] = []
-        loop.on_writable(writer, lambda cid, s: _nil(got.append(cid), loop.cancel(cid)))
-        loop.run()
-        assert len(got) == 1
+        self.assert_writable_runs_once(loop, writer)
 
     def test_stream_closed_and_fd_reused(self, loop: Driver) -> None:
         reader, _writer = self.pair()
@@ -822,13 +915,7 @@ class DriverConformance:
         loop.run()
         reader.close()
         new_reader, new_writer = self.pair()
-        got: list[bytes] = []
-
-        def fn(cid: str, stream: Any) -> None:
-            got.append(stream.recv(10))
-            loop.cancel(cid)
-
-        loop.on_readable(new_reader, fn)
+        got = receive_once(loop, new_reader)
         new_writer.send(b"new")
         loop.unreference(stale)
         loop.run()
@@ -843,7 +930,12 @@ class DriverConformance:
         def first(cid: str) -> None:
             log.append(1)
             loop.queue(log.append, 2)
-            loop.queue(lambda: _nil(log.append(3), loop.queue(log.append, 4)))
+
+            def third() -> None:
+                log.append(3)
+                loop.queue(log.append, 4)
+
+            loop.queue(third)
 
         loop.defer(first)
         loop.defer(lambda cid: log.append(5))
@@ -860,7 +952,11 @@ class DriverConformance:
         def bad() -> None:
             raise error
 
-        loop.defer(lambda cid: _nil(loop.queue(bad), loop.queue(log.append, "next")))
+        def queue_both(cid: str) -> None:
+            loop.queue(bad)
+            loop.queue(log.append, "next")
+
+        loop.defer(queue_both)
         loop.run()
         assert caught == [error] and log == ["next"]
 
@@ -876,9 +972,43 @@ class DriverConformance:
             loop.run()
         assert info.value.__cause__ is error
 
+    def test_microtasks_behind_a_raising_one_run_before_run_ends(self, loop: Driver) -> None:
+        # Nothing else is scheduled: the error ends run(), but not before the queue is empty,
+        # those the microtasks behind it queue included (SPEC 9.1).
+        error = ValueError("micro")
+        log: list[str] = []
+
+        def behind() -> None:
+            log.append("behind")
+            loop.queue(log.append, "queued by it")
+
+        loop.queue(_raising(error))
+        loop.queue(behind)
+        with pytest.raises(UncaughtError) as info:
+            loop.run()
+        assert info.value.__cause__ is error
+        assert log == ["behind", "queued by it"]
+
+    def test_first_of_two_raising_microtasks_ends_run(self, loop: Driver) -> None:
+        first, second = ValueError("first"), ValueError("second")
+        log: list[str] = []
+
+        def from_callback(cid: str) -> None:
+            loop.queue(_raising(first))
+            loop.queue(_raising(second))
+            loop.queue(log.append, "last")
+
+        loop.defer(from_callback)
+        with pytest.raises(UncaughtError) as info:
+            loop.run()
+        assert info.value.__cause__ is first
+        assert log == ["last"]
+
     # -- memory ---------------------------------------------------------------------------------
 
-    leaks = True
+    @staticmethod
+    def _cancelling(loop: Driver, callback_id: str) -> Callable[[str], None]:
+        return lambda cid: loop.cancel(callback_id)
 
     @pytest.mark.parametrize(
         "kind", ["defer", "delay", "repeat", "writable", "readable", "signal"]
@@ -894,7 +1024,7 @@ class DriverConformance:
                 loop.cancel(callback_id)
             for _ in range(200):
                 callback_id = register(loop, lambda cid, *r: None)
-                loop.defer(lambda cid, c=callback_id: loop.cancel(c))
+                loop.defer(self._cancelling(loop, callback_id))
             loop.run()
 
         tracemalloc.start()

@@ -1,0 +1,400 @@
+"""``AbstractDriver``: all of a driver but the calls to its poller, written once.
+
+The callbacks' records, ids, queues and activation are ``CallbackRegistry``'s
+(``_registry.py``); the greenlet that runs the loop, and the suspensions, are ``LoopRunner``'s
+(``_suspension.py``).  This class holds the rest:
+
+* **The run loop and the tick.**  One tick: activate what was enabled since the last tick,
+  queue the enabled deferred callbacks, then poll (blocking only after a tick that ran
+  nothing) and queue signal, I/O and due timer callbacks, in that order; then run the queue,
+  with the microtasks after each callback.
+* **Errors.**  A callback's or a microtask's exception goes to the error handler, or ends
+  ``run()`` as ``UncaughtError``.
+* **The poller skeleton every backend shares.**  The poller (what ``get_handle()`` returns);
+  a second, fallback poller, made on first use, for the streams the first refuses (regular
+  files on epoll), where they are always ready; the count of registered fds (with none, a tick
+  sleeps instead of making a system call); the signal wakeup socket's registration.
+
+A backend supplies the poller to ``__init__`` and these hooks, every one abstract (a subclass
+missing one cannot be instantiated): ``_add``, ``_modify`` and ``_remove`` (one fd's
+registration), ``_refusals`` (what ``_add`` raises for a stream to send to the fallback),
+``_new_fallback``, ``_wait`` and ``_queue_ready``.
+"""
+
+from __future__ import annotations
+
+import abc
+import heapq
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, Protocol, TypeVar
+
+from ._callbacks import READ, Callback, FdEntry, RepeatCallback, check_callback
+from ._errors import InvalidCallbackError, UncaughtError
+from ._interface import ErrorHandler
+from ._registry import CallbackRegistry
+from ._signals import SignalState
+from ._suspension import LoopRunner, Superseded, Suspension
+
+__all__ = ["AbstractDriver", "MAX_WAIT"]
+
+# The longest single wait: a longer (or infinite) timer wakes the loop once a day, so a
+# huge delay never overflows a backend's timeout argument.
+MAX_WAIT = 86_400.0
+
+
+class _Poller(Protocol):
+    def close(self) -> None: ...
+
+
+P = TypeVar("P", bound=_Poller)
+
+
+class AbstractDriver(CallbackRegistry, Generic[P]):
+    """The run loop, ticks, errors and the poller skeleton, on a poller of type ``P``."""
+
+    _now = staticmethod(time.monotonic)
+
+    def __init__(self, poller: P) -> None:
+        super().__init__()
+        self._queue: deque[Callback] = deque()  # what this tick runs, in order
+        self._microtasks: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._idle = False  # the tick ran nothing: the next one may block in its poll
+        self._stopped = False
+        self._interrupt: Any = None  # an exception for run(), or a resumed main Suspension
+        self._error_handler: ErrorHandler | None = None
+        self._runner = LoopRunner(self._loop, self._interrupt_with, self._microtasks.append)
+        self._poller = poller
+        self._fallback: P | None = None  # for the streams the poller refuses
+        self._fallback_count = 0  # fds in the fallback poller: they make every wait a poll
+        self._registered = 0  # fds registered in either poller, the wakeup socket included
+        self._wakeup: FdEntry | None = None  # the signal wakeup socket's registration
+
+    # -- the backend's hooks ----------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def _refusals(self) -> tuple[type[Exception], ...]:
+        """What ``_add`` raises when the poller refuses a stream: it goes to the fallback."""
+
+    @abc.abstractmethod
+    def _add(self, poller: P, entry: FdEntry, events: int) -> Any:
+        """Register ``entry`` with ``poller`` for ``events``; return the token (``entry.token``).
+
+        ``None``: the stream was closed since it was registered, so it can never fire.
+        """
+
+    @abc.abstractmethod
+    def _modify(self, entry: FdEntry, events: int) -> None:
+        """Make ``entry``'s registration ask for ``events``; a closed stream is ignored."""
+
+    @abc.abstractmethod
+    def _remove(self, entry: FdEntry) -> None:
+        """Drop ``entry``'s registration; a stream closed behind our back is ignored."""
+
+    @abc.abstractmethod
+    def _new_fallback(self) -> P:
+        """A poller that accepts every stream the first one refuses."""
+
+    @abc.abstractmethod
+    def _wait(self, poller: P, timeout: float | None) -> list[Any]:
+        """Wait on ``poller`` up to ``timeout`` seconds (``None``: no limit); what is ready."""
+
+    @abc.abstractmethod
+    def _queue_ready(self, ready: list[Any]) -> None:
+        """Queue the callbacks ``_wait``'s result wakes; ``_drain_wakeup()`` for the wakeup."""
+
+    # -- the poller skeleton ------------------------------------------------------------------
+
+    def get_handle(self) -> P:
+        """The poller this driver waits on."""
+        return self._poller
+
+    def _io_update(self, entry: FdEntry, old: int, new: int) -> None:
+        if entry.token is None:
+            if new:
+                self._register(entry, new)
+        elif new:
+            self._modify(entry, new)
+        else:
+            self._remove(entry)
+            entry.token = None
+            self._registered -= 1
+            if entry.fallback:
+                entry.fallback = False
+                self._fallback_count -= 1
+
+    def _register(self, entry: FdEntry, events: int) -> None:
+        try:
+            token = self._add(self._poller, entry, events)
+        except self._refusals as refusal:
+            try:
+                if self._fallback is None:
+                    self._fallback = self._new_fallback()
+                token = self._add(self._fallback, entry, events)
+            except Exception:
+                # No fallback here (no POLL backend), or it refuses too: the first refusal says why.
+                raise refusal from None
+            if token is not None:
+                entry.fallback = True
+                self._fallback_count += 1
+        if token is not None:
+            entry.token = token
+            self._registered += 1
+
+    def _watch_wakeup(self, sock: socket.socket | None) -> None:
+        if sock is not None:
+            self._wakeup = FdEntry(sock.fileno(), sock)
+            self._io_update(self._wakeup, 0, READ)
+        elif self._wakeup is not None:
+            self._io_update(self._wakeup, READ, 0)
+            self._wakeup = None
+
+    def _drain_wakeup(self) -> None:
+        """The wakeup socket was ready: empty it (the signals themselves are pending)."""
+        if self._signals is not None:
+            self._signals.drain()
+
+    def _poll(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` seconds (``None``: no limit), then queue what is ready."""
+        if self._fallback_count:
+            # The fallback's streams are always ready: wait on neither poller.
+            assert self._fallback is not None
+            ready = self._wait(self._poller, 0) + self._wait(self._fallback, 0)
+        elif self._registered:
+            ready = self._wait(self._poller, timeout)
+        else:
+            # No fd to wait for: a zero timeout needs no system call at all.
+            if timeout is None:
+                time.sleep(MAX_WAIT)  # nothing can wake us but a timer-less eternity
+            elif timeout:
+                time.sleep(timeout)
+            return
+        if ready:
+            self._queue_ready(ready)
+            self._idle = False
+
+    def close(self) -> None:
+        """Restore signal state and close the pollers (the driver is unusable after)."""
+        super().close()
+        self._poller.close()
+        if self._fallback is not None:
+            self._fallback.close()
+
+    # -- the run loop and one tick ------------------------------------------------------------
+
+    def _loop(self, fresh: bool) -> None:
+        """Run ticks until ``stop()`` or until no callback keeps the loop alive."""
+        if fresh:
+            self._stopped = False
+        self._drain()
+        while not self._stopped:
+            if self._interrupt is not None:
+                self._deliver_interrupt()
+                continue
+            if not self._live:
+                break
+            previous_idle, self._idle = self._idle, True
+            self._tick(previous_idle)
+            self._drain()
+        if self._interrupt is not None:
+            self._deliver_interrupt()
+
+    def _tick(self, previous_idle: bool) -> None:
+        self._stale_queued = 0  # both queues are emptied below
+        enable_queue = self._enable_queue
+        if enable_queue:
+            self._enable_queue = []
+            self._activate(enable_queue)
+        defers = self._defers
+        if defers:
+            self._defers = []
+            self._queue.extend(defers)
+            self._idle = False
+        # Block only after a tick that ran nothing, and once the deferred callbacks ran.
+        timeout = self._blocking_timeout() if previous_idle else 0.0
+        mark = len(self._queue)
+        self._poll(timeout)
+        signals = self._signals
+        if signals is not None and signals.pending:
+            self._enqueue_signals(signals, mark)
+        if self._timers:
+            self._enqueue_timers()
+
+    def _drain(self) -> None:
+        """Run the microtasks, then each queued callback followed by the microtasks."""
+        microtasks = self._microtasks
+        queue = self._queue
+        callbacks = self._callbacks
+        runner = self._runner
+        me = runner.loop
+        if microtasks:
+            self._run_microtasks()
+        while queue and self._interrupt is None:
+            callback = queue.popleft()
+            if not callback.invokable:
+                continue
+            callback_id = callback.id
+            try:
+                if callback.once:
+                    # A defer's or a delay's id is dead inside its callback (cancel(), inlined).
+                    del callbacks[callback_id]
+                    callback.enabled = callback.invokable = False
+                    if callback.referenced:
+                        self._live -= 1
+                elif isinstance(callback, RepeatCallback):
+                    # Re-armed from now, active from the next tick: never twice in one tick.
+                    callback.invokable = False
+                    callback.expiration = self._now() + callback.interval
+                    callback.queued += 1
+                    self._enable_queue.append(callback)
+                arg = callback.arg
+                result = callback.fn(callback_id) if arg is None else callback.fn(callback_id, arg)
+                if result is not None:
+                    self._refuse_result(callback, result)
+            except Exception as exc:
+                self._error(callback.fn, exc)
+            if runner.loop is not me:
+                raise Superseded  # the callback suspended: another greenlet runs the loop now
+            if microtasks:
+                self._run_microtasks()
+
+    # -- the parts of a tick ------------------------------------------------------------------
+
+    def _blocking_timeout(self) -> float | None:
+        """The timeout of a poll after an idle tick: 0 if work came up meanwhile, else until
+        the next live timer (``None``: no timer)."""
+        if self._stopped or self._live <= 0:
+            return 0.0
+        self._drain()
+        if (
+            self._enable_queue
+            or self._defers
+            or self._stopped
+            or self._interrupt is not None
+            or not self._live
+            or (self._signals is not None and self._signals.pending)
+        ):
+            return 0.0
+        timers = self._timers
+        while timers and timers[0][2].entry is not timers[0]:
+            heapq.heappop(timers)
+            self._dead_timers -= 1
+        if not timers:
+            return None
+        timeout = timers[0][0] - self._now()
+        return 0.0 if timeout < 0 else min(timeout, MAX_WAIT)
+
+    def _enqueue_signals(self, signals: SignalState, mark: int) -> None:
+        ready: list[Callback] = []
+        pending = signals.pending
+        while pending:
+            callbacks = self._signal_callbacks.get(pending.popleft())
+            if callbacks:
+                ready.extend(callbacks.values())
+        if ready:
+            # Signals come before the I/O this tick's poll already queued.
+            for offset, callback in enumerate(ready):
+                self._queue.insert(mark + offset, callback)
+            self._idle = False
+
+    def _enqueue_timers(self) -> None:
+        timers = self._timers
+        now = self._now()
+        queue = self._queue
+        while timers and timers[0][0] <= now:
+            item = heapq.heappop(timers)
+            callback = item[2]
+            if callback.entry is not item:
+                self._dead_timers -= 1
+                continue
+            callback.entry = None
+            queue.append(callback)
+            self._idle = False
+
+    @staticmethod
+    def _refuse_result(callback: Callback, result: object) -> None:
+        if isinstance(result, Coroutine):
+            result.close()  # no "coroutine was never awaited" warning
+        raise InvalidCallbackError.nonnull_return(callback.id, callback.fn, result)
+
+    def _run_microtasks(self) -> None:
+        microtasks = self._microtasks
+        runner = self._runner
+        me = runner.loop
+        # A microtask's error ends run() only once the microtasks behind it ran (SPEC 9.1):
+        # the queue stops for any other interrupt, not for that one.
+        error = None
+        while microtasks and self._interrupt is error:
+            fn, args = microtasks.popleft()
+            try:
+                fn(*args)
+            except Exception as exc:
+                self._error(fn, exc)
+                if isinstance(self._interrupt, BaseException):
+                    error = self._interrupt
+            if runner.loop is not me:
+                raise Superseded
+
+    # -- errors and interrupts ------------------------------------------------------------------
+
+    def _error(self, fn: Callable[..., Any], exc: Exception) -> None:
+        handler = self._error_handler
+        if handler is None:
+            self._fail(
+                exc if isinstance(exc, UncaughtError) else UncaughtError.from_callback(fn, exc)
+            )
+            return
+        try:
+            handler(exc)
+        except Exception as failure:
+            self._fail(
+                failure
+                if isinstance(failure, UncaughtError)
+                else UncaughtError.from_handler(handler, failure)
+            )
+
+    def _fail(self, error: UncaughtError) -> None:
+        """End the loop after the current callback with ``error``, unless an error already
+        does (a main greenlet's resume not yet delivered gives way)."""
+        if not isinstance(self._interrupt, BaseException):
+            self._interrupt = error
+
+    def _interrupt_with(self, interrupt: object) -> None:
+        """End the loop after the current callback, handing ``interrupt`` to whoever runs it;
+        ignored while another interrupt is pending."""
+        if self._interrupt is None:
+            self._interrupt = interrupt
+
+    def _deliver_interrupt(self) -> None:
+        interrupt, self._interrupt = self._interrupt, None
+        self._runner.deliver(interrupt)
+
+    # -- the Driver methods this class implements ---------------------------------------------
+
+    def queue(self, fn: Callable[..., None], /, *args: Any) -> None:
+        check_callback(fn, "fn")
+        self._microtasks.append((fn, args))
+
+    def run(self) -> None:
+        self._runner.run()
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def is_running(self) -> bool:
+        return self._runner.running
+
+    def set_error_handler(self, handler: ErrorHandler | None) -> ErrorHandler | None:
+        if handler is not None:
+            check_callback(handler, "handler")
+        previous, self._error_handler = self._error_handler, handler
+        return previous
+
+    def get_error_handler(self) -> ErrorHandler | None:
+        return self._error_handler
+
+    def get_suspension(self) -> Suspension:
+        return self._runner.suspension()
