@@ -7,36 +7,20 @@ with ``from _iopoll_core.api import *`` and add their own ``Backend``, ``Context
 only; ``tests/test_public_names.py`` holds each of them to SPEC section 1.
 """
 
-from __future__ import annotations
-
-from .errors import (
-    BackendUnavailableError,
-    FailedContextInitializationError,
-    FailedHandleAddError,
-    FailedPollOperationError,
-    FailedPollWaitError,
-    FailedWatcherModificationError,
-    HandleAlreadyWatchedError,
-    InactiveWatcherError,
-    InvalidHandleError,
-    PollError,
-)
-from .events import ErrorCode, Event
-from .handles import Handle, StreamPollHandle
-
-__all__ = [
-    "BackendUnavailableError",
-    "ErrorCode",
-    "Event",
-    "FailedContextInitializationError",
-    "FailedHandleAddError",
-    "FailedPollOperationError",
-    "FailedPollWaitError",
-    "FailedWatcherModificationError",
-    "Handle",
-    "HandleAlreadyWatchedError",
-    "InactiveWatcherError",
-    "InvalidHandleError",
-    "PollError",
-    "StreamPollHandle",
-]
+# One import a line, each a re-export (``X as X``): ``from _iopoll_core.api import *`` then
+# brings exactly these, for the interpreter and for type checkers alike.  No
+# ``from __future__`` import here, which would bring its ``annotations`` along.
+from .errors import BackendUnavailableError as BackendUnavailableError
+from .errors import FailedContextInitializationError as FailedContextInitializationError
+from .errors import FailedHandleAddError as FailedHandleAddError
+from .errors import FailedPollOperationError as FailedPollOperationError
+from .errors import FailedPollWaitError as FailedPollWaitError
+from .errors import FailedWatcherModificationError as FailedWatcherModificationError
+from .errors import HandleAlreadyWatchedError as HandleAlreadyWatchedError
+from .errors import InactiveWatcherError as InactiveWatcherError
+from .errors import InvalidHandleError as InvalidHandleError
+from .errors import PollError as PollError
+from .events import ErrorCode as ErrorCode
+from .events import Event as Event
+from .handles import Handle as Handle
+from .handles import StreamPollHandle as StreamPollHandle
