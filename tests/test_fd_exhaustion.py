@@ -42,103 +42,74 @@ def no_fd_left() -> Iterator[list[int]]:
             os.close(fd)
 
 
-def _pair() -> tuple[socket.socket, socket.socket]:
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    return a, b
-
-
 @pytest.mark.parametrize("backend", Backend.available_backends(), ids=lambda b: b.name)
-def test_add_and_wait_need_no_fd(backend: Backend) -> None:
-    a, b = _pair()
-    try:
-        with iopoll.Context(backend) as ctx, no_fd_left():
-            watcher = ctx.add(a, Event.READ, data="a")
-            b.send(b"x")
-            assert ctx.wait(0) == [watcher]
-            watcher.modify_events(Event.WRITE)
-            assert ctx.wait(0) == [watcher]
-            watcher.remove()
-            assert len(ctx) == 0
-    finally:
-        a.close()
-        b.close()
+def test_add_and_wait_need_no_fd(backend: Backend, pairs: Any) -> None:
+    a, b = pairs()
+    with iopoll.Context(backend) as ctx, no_fd_left():
+        watcher = ctx.add(a, Event.READ, data="a")
+        b.send(b"x")
+        assert ctx.wait(0) == [watcher]
+        watcher.modify_events(Event.WRITE)
+        assert ctx.wait(0) == [watcher]
+        watcher.remove()
+        assert len(ctx) == 0
 
 
 @pytest.mark.skipif(not Backend.EPOLL.is_available(), reason="only epoll rebuilds")
-def test_a_rebuild_refused_during_add_loses_nothing() -> None:
+def test_a_rebuild_refused_during_add_loses_nothing(pairs: Any, keepers: list[int]) -> None:
     """SPEC 4's rebuild on a reused fd number, with no fd for a new epoll object: the add
     fails with TOOBIG, the other watchers are untouched, and it succeeds once fds are free."""
-    a, b = _pair()
-    c, d = _pair()
-    keeper = -1
-    try:
-        with iopoll.Context(Backend.EPOLL) as ctx:
-            ready = ctx.add(c, Event.WRITE, data="c")
-            old = ctx.add(a, Event.READ)
-            number = a.fileno()
-            keeper = os.dup(number)
-            a.close()  # without remove(): its epoll entry outlives it
-            e, f = _pair()
-            try:
-                reused = e if e.fileno() == number else f if f.fileno() == number else None
-                if reused is None:
-                    pytest.skip("the fd number was not reused")
-                with no_fd_left():
-                    with pytest.raises(iopoll.FailedHandleAddError) as caught:
-                        ctx.add(reused, Event.READ)
-                    assert caught.value.code is ErrorCode.TOOBIG
-                    assert not old.is_active()
-                    assert ctx.wait(0) == [ready]
-                    assert len(ctx) == 1
-                added = ctx.add(reused, Event.READ)  # fds are free again: it works
-                assert set(ctx.wait(0)) == {ready}
-                (f if reused is e else e).send(b"x")
-                assert set(ctx.wait(0)) == {ready, added}
-            finally:
-                e.close()
-                f.close()
-    finally:
-        if keeper >= 0:
-            os.close(keeper)
-        b.close()
-        c.close()
-        d.close()
+    a, _ = pairs()
+    c, _ = pairs()
+    with iopoll.Context(Backend.EPOLL) as ctx:
+        ready = ctx.add(c, Event.WRITE, data="c")
+        old = ctx.add(a, Event.READ)
+        number = a.fileno()
+        keepers.append(os.dup(number))
+        a.close()  # without remove(): its epoll entry outlives it
+        e, f = pairs()
+        reused, peer = (e, f) if e.fileno() == number else (f, e)
+        if reused.fileno() != number:
+            pytest.skip("the fd number was not reused")
+        with no_fd_left():
+            with pytest.raises(iopoll.FailedHandleAddError) as caught:
+                ctx.add(reused, Event.READ)
+            assert caught.value.code is ErrorCode.TOOBIG
+            assert not old.is_active()
+            assert ctx.wait(0) == [ready]
+            assert len(ctx) == 1
+        added = ctx.add(reused, Event.READ)  # fds are free again: it works
+        assert set(ctx.wait(0)) == {ready}
+        peer.send(b"x")
+        assert set(ctx.wait(0)) == {ready, added}
 
 
 @pytest.mark.skipif(not Backend.EPOLL.is_available(), reason="only epoll rebuilds")
-def test_a_rebuild_refused_during_wait_reports_what_is_ready_then_fails_clearly() -> None:
+def test_a_rebuild_refused_during_wait_reports_what_is_ready_then_fails_clearly(
+    pairs: Any, keepers: list[int]
+) -> None:
     """A stale entry's report makes wait() rebuild; without a free fd the ready watchers
     still come out, a wait with nothing else ready is FailedPollWaitError TOOBIG, and the
     context works again once fds are free."""
-    a, b = _pair()
-    c, d = _pair()
-    keeper = -1
-    try:
-        with iopoll.Context(Backend.EPOLL) as ctx:
-            closed = ctx.add(a, Event.READ)
-            b.send(b"x")  # the entry stays ready after the close
-            keeper = os.dup(a.fileno())
-            a.close()
-            assert not closed.is_active()  # retired; its kernel entry is stale
-            writable = ctx.add(c, Event.WRITE)
-            with no_fd_left():
-                assert ctx.wait(0) == [writable]
-                writable.modify_events(Event.READ)  # nothing ready but the stale entry
-                with pytest.raises(iopoll.FailedPollWaitError) as caught:
-                    ctx.wait(0)
-                assert caught.value.code is ErrorCode.TOOBIG
-            assert ctx.wait(0) == []  # rebuilt now: the stale entry is gone
-            d.send(b"y")
+    a, b = pairs()
+    c, d = pairs()
+    with iopoll.Context(Backend.EPOLL) as ctx:
+        closed = ctx.add(a, Event.READ)
+        b.send(b"x")  # the entry stays ready after the close
+        keepers.append(os.dup(a.fileno()))
+        a.close()
+        assert not closed.is_active()  # retired; its kernel entry is stale
+        writable = ctx.add(c, Event.WRITE)
+        with no_fd_left():
             assert ctx.wait(0) == [writable]
-            assert len(ctx) == 1
-    finally:
-        if keeper >= 0:
-            os.close(keeper)
-        b.close()
-        c.close()
-        d.close()
+            writable.modify_events(Event.READ)  # nothing ready but the stale entry
+            with pytest.raises(iopoll.FailedPollWaitError) as caught:
+                ctx.wait(0)
+            assert caught.value.code is ErrorCode.TOOBIG
+        assert ctx.wait(0) == []  # rebuilt now: the stale entry is gone
+        d.send(b"y")
+        assert ctx.wait(0) == [writable]
+        assert len(ctx) == 1
 
 
 def test_an_aio_server_accepting_at_the_fd_limit_recovers() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,31 +41,6 @@ def ctx(request: pytest.FixtureRequest) -> Iterator[Any]:
     api, backend = request.param
     with api.Context(backend) as context:
         yield context
-
-
-@pytest.fixture
-def pairs() -> Iterator[Callable[[], tuple[socket.socket, socket.socket]]]:
-    made: list[socket.socket] = []
-
-    def make() -> tuple[socket.socket, socket.socket]:
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        b.setblocking(False)
-        made.extend((a, b))
-        return a, b
-
-    yield make
-    for sock in made:
-        sock.close()
-
-
-@pytest.fixture
-def keepers() -> Iterator[list[int]]:
-    """fds that keep a closed stream's file open, as a dup elsewhere in a program would."""
-    kept: list[int] = []
-    yield kept
-    for fd in kept:
-        os.close(fd)
 
 
 def close_behind_a_dup(sock: socket.socket, keepers: list[int]) -> None:
