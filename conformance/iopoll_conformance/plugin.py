@@ -5,9 +5,11 @@ loads it by itself.  Where plugin autoload is off, enable it with ``-p iopoll_co
 (the entry point's name: this never registers it twice); from a source tree that was not
 installed, use ``-p iopoll_conformance.plugin``.
 
-The fixtures and the ``backend`` parametrization apply only to test classes built on the
-suite's rule groups (``ConformanceSuite`` or one of its mixins), so the plugin never touches
-other projects' tests that happen to use a fixture called ``backend``.
+The fixtures, the ``backend`` parametrization and the summary apply only to test classes
+built on the SPEC suite (``ConformanceSuite``, ``SuiteFixtures`` or one of its rule group
+mixins; see ``is_suite_class``), so the plugin never touches other projects' tests that
+happen to use a fixture called ``backend``, nor the driver contract suite
+(``iopoll_conformance.loop``).
 
 The strict extras group (``iopoll_conformance.groups.extras``: behaviour SPEC does not state)
 is collected only with ``--strict-extras`` or for a suite class with ``strict_extras = True``
@@ -44,6 +46,9 @@ GROUPS: dict[str, str] = {
 
 _GROUPS_PACKAGE = "iopoll_conformance.groups."
 _EXTRAS_MODULE = _GROUPS_PACKAGE + "extras"
+# The modules of the SPEC suite's classes besides the rule groups: its fixture base
+# (``SuiteFixtures``) and ``ConformanceSuite``.
+_SPEC_SUITE_MODULES = frozenset({"iopoll_conformance.fixtures", "iopoll_conformance.suite"})
 # The summary's column for tests that take no backend (handles, enum members, ...).
 NO_BACKEND = "(no backend)"
 
@@ -72,10 +77,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def is_suite_class(cls: type | None) -> bool:
-    """Whether ``cls`` is built on the suite's rule groups (so the plugin serves it)."""
+    """Whether ``cls`` is built on the SPEC suite (so the plugin serves it).
+
+    That is: ``ConformanceSuite``, its fixture base ``SuiteFixtures``, or a rule group mixin
+    of ``iopoll_conformance.groups``, in its MRO.  Other classes of the package, such as the
+    driver contract ``iopoll_conformance.loop.DriverConformance`` (which has its own
+    ``loop`` fixture and no backend), are not served: no ``backend`` parametrization, no
+    strict extras deselection or group keywords, no summary table.  Matched by module name,
+    so the plugin imports none of them.
+    """
     if cls is None:
         return False
-    return any(base.__module__.startswith("iopoll_conformance.") for base in cls.__mro__)
+    return any(_is_spec_suite_module(base.__module__) for base in cls.__mro__)
+
+
+def _is_spec_suite_module(module: str) -> bool:
+    return module.startswith(_GROUPS_PACKAGE) or module in _SPEC_SUITE_MODULES
 
 
 def implementation_name(config: pytest.Config, cls: type | None) -> str:

@@ -1,0 +1,96 @@
+"""Callback ids: introspection (``is_enabled()``, ``get_type()``, ``get_identifiers()``,
+``debug_info()``) and ids that are unknown or no longer valid.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from iopoll.loop import CallbackType, Driver, InvalidCallbackError
+
+from .harness import DriverHarness
+
+
+class IdentifierRules(DriverHarness):
+    """Callback ids: introspection (``is_enabled()``, ``get_type()``, ``get_identifiers()``,
+    ``debug_info()``) and ids that are unknown or no longer valid.
+    """
+
+    # -- introspection ------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("kind", ["defer", "delay", "repeat", "writable", "readable", "signal"])
+    def test_is_referenced_and_is_enabled(self, loop: Driver, kind: str) -> None:
+        callback_id = self.registrations(loop)[kind](loop, lambda cid, *r: None)
+        assert loop.is_enabled(callback_id) and loop.is_referenced(callback_id)
+        loop.unreference(callback_id)
+        assert not loop.is_referenced(callback_id)
+        loop.reference(callback_id)
+        assert loop.is_referenced(callback_id)
+        loop.disable(callback_id)
+        assert not loop.is_enabled(callback_id)
+        loop.disable(callback_id)  # twice: no side effect
+        loop.enable(callback_id)
+        loop.enable(callback_id)  # already enabled: no side effect
+        assert loop.is_enabled(callback_id)
+        assert (
+            loop.get_type(callback_id)
+            is {
+                "defer": CallbackType.DEFER,
+                "delay": CallbackType.DELAY,
+                "repeat": CallbackType.REPEAT,
+                "writable": CallbackType.WRITABLE,
+                "readable": CallbackType.READABLE,
+                "signal": CallbackType.SIGNAL,
+            }[kind]
+        )
+        loop.cancel(callback_id)
+        with pytest.raises(InvalidCallbackError):
+            loop.is_enabled(callback_id)
+
+    def test_get_identifiers(self, loop: Driver) -> None:
+        first = loop.defer(lambda cid: None)
+        second = loop.disable(loop.delay(1, lambda cid: None))
+        assert loop.get_identifiers() == [first, second]
+        loop.cancel(first)
+        assert loop.get_identifiers() == [second]
+        third = loop.defer(lambda cid: None)
+        assert loop.get_identifiers() == [second, third]
+        assert all(isinstance(cid, str) for cid in loop.get_identifiers())
+        assert len({first, second, third}) == 3
+
+    def test_debug_info(self, loop: Driver) -> None:
+        callback_id = loop.unreference(loop.delay(1, lambda cid: None))
+        assert loop.debug_info() == {
+            callback_id: {"type": CallbackType.DELAY, "enabled": True, "referenced": False}
+        }
+
+    # -- invalid ids ----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "method", ["enable", "reference", "get_type", "is_enabled", "is_referenced"]
+    )
+    def test_unknown_id_raises(self, loop: Driver, method: str) -> None:
+        with pytest.raises(InvalidCallbackError, match="nope") as info:
+            getattr(loop, method)("nope")
+        assert info.value.callback_id == "nope"
+        assert info.value.code == InvalidCallbackError.INVALID_IDENTIFIER
+
+    def test_unknown_id_is_ignored(self, loop: Driver) -> None:
+        assert loop.disable("nope") == "nope"
+        assert loop.unreference("nope") == "nope"
+        assert loop.cancel("nope") is None
+
+    @pytest.mark.parametrize("kind", ["defer", "delay"])
+    def test_one_shot_id_is_dead_in_its_callback(self, loop: Driver, kind: str) -> None:
+        errors: list[InvalidCallbackError] = []
+
+        def fn(cid: str) -> None:
+            assert cid not in loop.get_identifiers()
+            try:
+                loop.enable(cid)
+            except InvalidCallbackError as error:
+                errors.append(error)
+
+        self.registrations(loop)[kind](loop, fn)
+        loop.run()
+        assert len(errors) == 1

@@ -1,0 +1,104 @@
+"""``on_signal()``: delivery, several callbacks per signal, and the process's signal state (this
+module's rules send ``SIGUSR1`` and ``SIGUSR2`` to the process).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from iopoll.loop import Driver
+
+from .callbacks import appending, nil
+from .harness import DriverHarness
+
+
+class SignalRules(DriverHarness):
+    """``on_signal()``: delivery, several callbacks per signal, and the process's signal
+    state (this module's rules send ``SIGUSR1`` and ``SIGUSR2`` to the process).
+    """
+
+    def test_signal_callback(self, loop: Driver) -> None:
+        got: list[tuple[str, int]] = []
+
+        def on_signal(cid: str, signum: int) -> None:
+            got.append((cid, signum))
+            loop.cancel(cid)
+
+        callback_id = loop.on_signal(signal.SIGUSR1, on_signal)
+        loop.delay(0.01, lambda cid: os.kill(os.getpid(), signal.SIGUSR1))
+        loop.run()
+        assert got == [(callback_id, signal.SIGUSR1)]
+
+    def test_several_callbacks_per_signal_and_disabled_ones(self, loop: Driver) -> None:
+        got: list[str] = []
+        ids: list[str] = []
+        for name in ("a", "b", "c"):
+            ids.append(loop.on_signal(signal.SIGUSR2, appending(got, name)))
+        loop.disable(ids[1])
+        loop.cancel(ids[2])
+
+        def finish(cid: str) -> None:
+            for callback_id in ids:
+                loop.cancel(callback_id)
+
+        loop.delay(0.01, lambda cid: os.kill(os.getpid(), signal.SIGUSR2))
+        loop.delay(0.1, finish)
+        loop.run()
+        assert got == ["a"]
+
+    def test_signal_callback_created_disabled_then_enabled(self, loop: Driver) -> None:
+        got: list[int] = []
+        callback_id = loop.disable(loop.on_signal(signal.SIGUSR1, lambda cid, s: got.append(s)))
+        loop.defer(lambda cid: nil(loop.enable(callback_id)))
+        loop.delay(0.02, lambda cid: os.kill(os.getpid(), signal.SIGUSR1))
+        loop.delay(0.1, lambda cid: loop.cancel(callback_id))
+        loop.run()
+        assert got == [signal.SIGUSR1]
+
+    def test_signal_state_installed_with_first_restored_with_last(self, loop: Driver) -> None:
+        def previous(signum: int, frame: object) -> None:
+            pass
+
+        old = signal.signal(signal.SIGUSR1, previous)
+        try:
+            assert signal.set_wakeup_fd(-1) == -1
+            first = loop.on_signal(signal.SIGUSR1, lambda cid, s: None)
+            second = loop.on_signal(signal.SIGUSR1, lambda cid, s: None)
+            assert signal.getsignal(signal.SIGUSR1) is not previous
+            wakeup = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(wakeup)
+            assert wakeup != -1
+            loop.cancel(first)
+            assert signal.getsignal(signal.SIGUSR1) is not previous
+            loop.cancel(second)
+            assert signal.getsignal(signal.SIGUSR1) is previous
+            assert signal.set_wakeup_fd(-1) == -1
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+
+    def test_creating_a_driver_changes_no_signal_state(self) -> None:
+        before = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGINT)
+        driver = self.make()
+        assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGINT)) == before
+        assert signal.set_wakeup_fd(-1) == -1
+        getattr(driver, "close", lambda: None)()
+
+    def test_signal_outside_main_thread_is_unsupported(self, loop: Driver) -> None:
+        import threading
+
+        from iopoll.loop import UnsupportedFeatureError
+
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                loop.on_signal(signal.SIGUSR1, lambda cid, s: None)
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1 and isinstance(errors[0], UnsupportedFeatureError)
+        assert loop.get_identifiers() == []

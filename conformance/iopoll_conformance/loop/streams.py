@@ -1,0 +1,123 @@
+"""``on_readable()`` and ``on_writable()``: readiness, several callbacks per fd, refused
+connects, hang-ups, and streams closed while watched.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from iopoll.loop import Driver
+
+from .callbacks import receive_once
+from .harness import DriverHarness
+
+
+class StreamRules(DriverHarness):
+    """``on_readable()`` and ``on_writable()``: readiness, several callbacks per fd, refused
+    connects, hang-ups, and streams closed while watched.
+    """
+
+    def test_on_writable_fires(self, loop: Driver) -> None:
+        _, writer = self.pair()
+        self.assert_writable_runs_once(loop, writer)
+
+    def test_disabled_writable_is_silent_until_enabled(self, loop: Driver) -> None:
+        _, writer = self.pair()
+        got: list[str] = []
+        callback_id = loop.disable(self.writable_once(loop, writer, got))
+
+        def enable(cid: str) -> None:
+            got.append("enable")
+            loop.enable(callback_id)
+
+        loop.delay(0.02, enable)
+        loop.run()
+        assert got == ["enable", callback_id]
+
+    def test_several_callbacks_per_fd_toggled_independently(self, loop: Driver) -> None:
+        reader, writer = self.pair()
+        writer.send(b"x")
+        counts = {"r1": 0, "r2": 0, "w1": 0, "w2": 0}
+
+        def count(name: str) -> Callable[[str, Any], None]:
+            return lambda cid, s: counts.__setitem__(name, counts[name] + 1)
+
+        r1 = loop.on_readable(reader, count("r1"))
+        r2 = loop.on_readable(reader, count("r2"))
+        w1 = loop.on_writable(reader, count("w1"))
+        w2 = loop.on_writable(reader, count("w2"))
+        loop.delay(0, lambda cid: loop.stop())
+        loop.run()
+        assert counts == {"r1": 1, "r2": 1, "w1": 1, "w2": 1}
+        loop.disable(r1)
+        loop.disable(w2)
+        loop.delay(0, lambda cid: loop.stop())
+        loop.run()
+        assert counts == {"r1": 1, "r2": 2, "w1": 2, "w2": 1}
+        loop.disable(r2)
+        loop.disable(w1)
+        loop.enable(r1)
+        loop.delay(0, lambda cid: loop.stop())
+        loop.run()
+        assert counts == {"r1": 2, "r2": 2, "w1": 2, "w2": 1}
+        reader.recv(10)
+        for callback_id in (r1, r2, w1, w2):
+            loop.cancel(callback_id)
+
+    def test_refused_connect_reports_writable_once(self, loop: Driver) -> None:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        listener.close()  # nothing listens there now
+        client = socket.socket()
+        self._sockets.append(client)
+        client.setblocking(False)
+        try:
+            client.connect(("127.0.0.1", port))
+        except (BlockingIOError, ConnectionRefusedError):
+            pass
+        got: list[int] = []
+
+        def fn(cid: str, sock: Any) -> None:
+            got.append(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+            loop.cancel(cid)
+
+        loop.on_writable(client, fn)
+        loop.run()
+        assert len(got) == 1
+
+    def test_hangup_wakes_readers_and_writers(self, loop: Driver) -> None:
+        reader, writer = self.pair()
+        writer.send(b"unread")
+        got: list[str] = []
+        self.writable_once(loop, writer, got)
+        reader.close()  # the writer's peer is gone: error and hang-up on the writer
+        self._sockets.remove(reader)
+        loop.run()
+        assert len(got) == 1
+
+    def test_cancel_after_stream_is_closed(self, loop: Driver) -> None:
+        reader, writer = self.pair()
+        callback_id = loop.on_readable(reader, lambda cid, s: None)
+        loop.delay(0, lambda cid: loop.stop())
+        loop.run()  # the callback is active in the backend now
+        reader.close()
+        loop.cancel(callback_id)
+        assert callback_id not in loop.get_identifiers()
+        self.assert_writable_runs_once(loop, writer)
+
+    def test_stream_closed_and_fd_reused(self, loop: Driver) -> None:
+        reader, _writer = self.pair()
+        stale = loop.on_readable(reader, lambda cid, s: None)
+        loop.delay(0, lambda cid: loop.stop())
+        loop.run()
+        reader.close()
+        new_reader, new_writer = self.pair()
+        got = receive_once(loop, new_reader)
+        new_writer.send(b"new")
+        loop.unreference(stale)
+        loop.run()
+        assert got == [b"new"]
+        loop.cancel(stale)
