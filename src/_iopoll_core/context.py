@@ -44,7 +44,7 @@ from .errors import (
     raised_by_backend,
 )
 from .events import DecodeTable, ErrorCode, Event, coerce_events, decode_bits
-from .handles import Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
+from .handles import MAX_FD, Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
 from .mechanism import Mechanism
 from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
@@ -202,6 +202,8 @@ class Context(_Uncopyable):
                 )
             if isinstance(handle, int) and handle < 0:
                 raise ValueError(f"handle must be a file descriptor >= 0, not {handle}")
+            if isinstance(handle, int) and handle > MAX_FD:
+                raise self._beyond_any_fd(handle)
             handle = StreamPollHandle(handle)
         wanted = coerce_events(events)
         self._check_supported(mechanism, wanted, FailedHandleAddError)
@@ -209,9 +211,11 @@ class Context(_Uncopyable):
             fd = handle.fileno()
         except (OSError, ValueError) as exc:
             raise InvalidHandleError(f"Invalid handle for polling: {exc}") from exc
-        if type(fd) is not int or fd < 0 or (
-            isinstance(handle, StreamPollHandle) and not handle.is_valid()
-        ):
+        if type(fd) is not int or fd < 0:
+            raise InvalidHandleError(f"Invalid handle for polling: fileno() returned {fd!r}")
+        if fd > MAX_FD:
+            raise self._beyond_any_fd(fd)
+        if isinstance(handle, StreamPollHandle) and not handle.is_valid():
             raise InvalidHandleError("Invalid handle for polling: its stream is closed")
 
         existing = self._watchers.get(fd)
@@ -738,6 +742,14 @@ class Context(_Uncopyable):
             )
         if events & Event.PRIORITY and not mechanism.supports_priority:
             raise error(f"Backend {name} does not support Event.PRIORITY", ErrorCode.NOSUPPORT)
+
+    @staticmethod
+    def _beyond_any_fd(fd: int) -> FailedHandleAddError:
+        # No OS call takes it (a C int): refused as the backend would refuse a bad fd.
+        return FailedHandleAddError(
+            f"Failed to add handle: fd {fd} is beyond any file descriptor (at most {MAX_FD})",
+            ErrorCode.INVALID,
+        )
 
     def _failure(
         self, error: type[FailedPollOperationError], what: str, exc: OSError | Refusal

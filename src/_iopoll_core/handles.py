@@ -6,7 +6,10 @@ import abc
 from collections.abc import Callable
 from typing import NoReturn, Protocol, runtime_checkable
 
-__all__ = ["Handle", "StreamPollHandle", "HasFileno", "fd_probe"]
+__all__ = ["Handle", "StreamPollHandle", "HasFileno", "MAX_FD", "fd_probe"]
+
+# The largest fd number an OS call takes (a C int).
+MAX_FD = 2**31 - 1
 
 
 @runtime_checkable
@@ -90,6 +93,8 @@ class StreamPollHandle(Handle):
         try:
             fd = self._fileno()
         except (OSError, ValueError):
+            return False
+        if type(fd) is not int:  # a broken fileno(): no usable fd
             return False
         return fd >= 0 and not getattr(self._stream, "closed", False)
 

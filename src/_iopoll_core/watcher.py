@@ -141,10 +141,14 @@ class Watcher(_Uncopyable):
         context._remove(self)
 
     def _stream_open(self) -> bool:
-        """Whether the handle still answers with the fd it was added with."""
+        """Whether the handle still answers with the fd it was added with.
+
+        A handle whose ``fileno()`` raises anything is taken as closed: the bookkeeping that
+        asks (``close()``, retiring) must not stop half-way for a broken handle.
+        """
         try:
             return self._probe() == self._fd
-        except (OSError, ValueError):
+        except Exception:
             return False
 
     def _owning_context(self) -> Context:

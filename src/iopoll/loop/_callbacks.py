@@ -20,8 +20,11 @@ import enum
 import inspect
 import math
 import numbers
+import types
 from collections.abc import Callable
 from typing import Any
+
+from _iopoll_core.handles import MAX_FD
 
 __all__ = [
     "CallbackType",
@@ -73,7 +76,7 @@ def next_id(current: str) -> str:
 def check_callback(fn: object, name: str = "callback") -> None:
     """Refuse what cannot be a callback: non-callables and ``async def`` functions."""
     code = getattr(fn, "__code__", None)
-    if code is not None:
+    if isinstance(code, types.CodeType):  # a function: the cheap check
         if code.co_flags & _CO_ASYNC:
             raise TypeError(
                 f"{name} must be a plain function returning None; "
@@ -82,7 +85,7 @@ def check_callback(fn: object, name: str = "callback") -> None:
         return
     if not callable(fn):
         raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+    if code is None and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
         raise TypeError(
             f"{name} must be a plain function returning None; "
             f"an async def function is not a callback (got {fn!r})"
@@ -119,8 +122,12 @@ def stream_fd(stream: object) -> int:
             fd = stream.fileno()
         except (OSError, ValueError) as exc:
             raise ValueError(f"stream must be open: fileno() failed ({exc})") from exc
-    if fd < 0:
-        raise ValueError(f"stream must be open (a file descriptor >= 0), not fd {fd}")
+    if type(fd) is not int:
+        raise TypeError(f"stream's fileno() must return an int, not {type(fd).__name__}")
+    if not 0 <= fd <= MAX_FD:
+        raise ValueError(
+            f"stream must be open (a file descriptor between 0 and {MAX_FD}), not fd {fd}"
+        )
     return fd
 
 

@@ -19,6 +19,7 @@ import heapq
 import itertools
 import socket
 from collections.abc import Callable, Iterable
+from types import CodeType
 from typing import Any
 
 from ._callbacks import (
@@ -137,7 +138,7 @@ class CallbackRegistry(Driver):
         if type(seconds) is not float or not seconds >= 0:
             seconds = check_seconds(seconds, "seconds")
         code = getattr(fn, "__code__", None)
-        if code is None or code.co_flags & _CO_ASYNC:
+        if type(code) is not CodeType or code.co_flags & _CO_ASYNC:
             check_callback(fn)
         return self._add_timer(seconds, fn, DelayCallback)
 
