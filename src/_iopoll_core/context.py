@@ -363,9 +363,11 @@ class Context(_Uncopyable):
         leftovers = self._leftovers
         if buffered or any(leftovers.values()):
             seconds = 0.0
-        # Room for the left-out watchers as well: a level one is only ready again if the
-        # OS says so, and in a batch of ``limit`` it may not (after a rebuild it does not).
-        raw = self._poll(mechanism, seconds, min(limit + len(leftovers), MAX_EVENTS_LIMIT))
+        # Room for the left-out and the buffered watchers as well: a level one is only ready
+        # again if the OS says so, and in a batch of ``limit`` it may not (after a rebuild it
+        # does not); a buffered one may be writable too.
+        room = limit + len(leftovers) + len(buffered)
+        raw = self._poll(mechanism, seconds, min(room, MAX_EVENTS_LIMIT))
         if buffered:
             return self._merge_buffered(mechanism, raw, buffered, limit)
         if leftovers:
@@ -423,7 +425,10 @@ class Context(_Uncopyable):
                 return ready
             mechanism = usable
             reported = {watcher._fd for watcher in ready}
-            raw = [pair for pair in self._poll(mechanism, 0.0, limit) if pair[0] not in reported]
+            more = self._poll(mechanism, 0.0, limit)
+            if self._leftovers:  # a rebuild kept what the old object held: it goes first
+                more = self._leftovers_first(more)
+            raw = [pair for pair in more if pair[0] not in reported]
             if not raw:
                 return ready
 
@@ -509,10 +514,24 @@ class Context(_Uncopyable):
         seen = set(order)
         order += [fd for fd, _ in raw if fd not in seen]
         order += [fd for fd in pending if fd not in seen and fd not in bits_of]
+        # Reports with no live watcher take no slot: _collect drops them (and rebuilds).
+        watchers = self._watchers
+        dead = {
+            fd
+            for fd in bits_of
+            if fd not in pending and (fd not in watchers or not watchers[fd]._stream_open())
+        }
+        if dead:
+            order = [fd for fd in order if fd not in dead]
         chosen, cut = order[:limit], order[limit:]
         chosen_raw = [(fd, bits_of[fd]) for fd in chosen if fd in bits_of]
         cut_raw = [(fd, bits_of[fd]) for fd in cut if fd in bits_of]
-        ready = self._collect(mechanism, chosen_raw + cut_raw, len(chosen_raw)) if raw else []
+        dead_raw = [(fd, bits_of[fd]) for fd in dead]
+        ready = (
+            self._collect(mechanism, dead_raw + chosen_raw + cut_raw, len(chosen_raw))
+            if raw
+            else []
+        )
         kept = self._leftovers
         self._leftovers = {fd: kept.get(fd, 0) for fd in cut if fd in kept or fd in pending}
         read = Event.READ
