@@ -20,7 +20,6 @@ type, and no registration left half-made.  This module holds what those tests sh
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import functools
@@ -33,7 +32,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -45,8 +44,6 @@ from hypothesis import strategies as st
 
 from _iopoll_core.errors import (
     FailedHandleAddError,
-    FailedWatcherModificationError,
-    HandleAlreadyWatchedError,
     InvalidHandleError,
 )
 from _iopoll_core.events import Event
@@ -65,13 +62,23 @@ __all__ = [
 
 # -- settings -------------------------------------------------------------------------------
 
-_COMMON = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
-    "print_blob": True,
-}
-settings.register_profile("iopoll-fuzz", max_examples=25, stateful_step_count=100, **_COMMON)
-settings.register_profile("iopoll-fuzz-ci", max_examples=300, stateful_step_count=200, **_COMMON)
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much]
+settings.register_profile(
+    "iopoll-fuzz",
+    max_examples=25,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+    print_blob=True,
+)
+settings.register_profile(
+    "iopoll-fuzz-ci",
+    max_examples=300,
+    stateful_step_count=200,
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+    print_blob=True,
+)
 # HYPOTHESIS_PROFILE=ci (or the profile's own name) picks the long run; anything else, or
 # nothing, the default one.  Applied per test, so other tests' settings are left alone.
 _PROFILE = {"ci": "iopoll-fuzz-ci", "iopoll-fuzz-ci": "iopoll-fuzz-ci"}.get(
@@ -105,6 +112,12 @@ KNOWN_BUGS: dict[str, str] = {
         "the process's fd table, and reports it READ|WRITE on every wait() for ever (Linux "
         "select() leaves such bits set); POLL reports it once with ERROR (SPEC 6.9), and "
         "register()'s own fstat() already sees EBADF"
+    ),
+    "epoll-leftover-lost": (
+        "EPOLL (C and pure): a level watcher the Context cut by max_events (kept with bits 0, "
+        "'ask the OS again') loses its turn when the kernel does not return it within the "
+        "next call's batch of limit+len(leftovers): with 4 writable watchers and one stale "
+        "fd, wait(0, 0, 3) gives A B C and leaves D out, and wait(0, 0, 1) gives A again"
     ),
     "epoll-leftover-order": (
         "EPOLL (C and pure): a READ watcher that was ready, then drained, keeps its place in "
@@ -205,6 +218,7 @@ class Scripted:
         self.closed = closed
 
     def fileno(self) -> Any:
+        """The next scripted answer (an exception class is raised)."""
         return self._script.next()
 
     def __repr__(self) -> str:
@@ -220,6 +234,7 @@ class ScriptedHandle(Handle):
         self._script = _FilenoScript(answers)
 
     def fileno(self) -> Any:
+        """The next scripted answer (an exception class is raised)."""
         return self._script.next()
 
     def __repr__(self) -> str:
@@ -527,7 +542,7 @@ def events_args(draw: st.DrawFn, *, valid: bool | None = None) -> Arg:
         valid = draw(st.booleans())
     if valid:
         # Mostly READ and/or WRITE, each extra flag (a mode, ERROR, PRIORITY ...) now and then.
-        members = draw(
+        members: list[Event] = draw(
             st.sampled_from(
                 [[Event.READ], [Event.WRITE], [Event.READ, Event.WRITE], [Event.READ | Event.WRITE]]
             )
@@ -547,28 +562,28 @@ def events_args(draw: st.DrawFn, *, valid: bool | None = None) -> Arg:
         return Arg(f"{form}({members!r})", lambda: make(list(members)), bits=bits)
     kind = draw(st.sampled_from(["empty", "non-stream", "junk-item", "not-iterable"]))
     if kind == "not-iterable":
-        value = draw(st.sampled_from([*_JUNK_ITEMS, 1.5, 2**70, -1, object()]))
-        return const(f"not-iterable {value!r}", value, frozenset({TypeError}), names=("events",))
+        junk = draw(st.sampled_from([*_JUNK_ITEMS, 1.5, 2**70, -1, object()]))
+        return const(f"not-iterable {junk!r}", junk, frozenset({TypeError}), names=("events",))
     form = draw(st.sampled_from(["flag", *_CONTAINERS]))
+    items: list[object]
     if kind == "empty":
-        members: list[object] = []
+        items = []
     elif kind == "non-stream":
-        members = [
+        items = [
             *draw(st.lists(st.sampled_from(STREAM_FLAGS), max_size=2)),
             *draw(st.lists(st.sampled_from(NON_STREAM), min_size=1, max_size=2)),
         ]
     else:
         form = draw(st.sampled_from(list(_CONTAINERS)))
-        members = [
+        items = [
             *draw(st.lists(st.sampled_from(STREAM_FLAGS + NON_STREAM), max_size=2)),
             draw(st.sampled_from(_JUNK_ITEMS)),
         ]
     if form == "flag":
-        bits = _union([m for m in members if isinstance(m, Event)])
+        bits = _union([m for m in items if isinstance(m, Event)])
         value = Event(bits)
         return const(repr(value), value, events_faults(bits), bits=bits, names=("events",))
     make = _CONTAINERS[form]
-    items = list(members)
     # What the container holds (a set keeps Event.READ or 1, whichever came first).
     held = list(make(list(items)))  # type: ignore[call-overload]
     bits = _union([m for m in held if isinstance(m, Event)])
@@ -587,8 +602,6 @@ def backend_faults(
         faults.add(error)
     return frozenset(faults)
 
-
-MODIFY_ERROR = FailedWatcherModificationError
 
 # -- handles ------------------------------------------------------------------------------------
 
@@ -650,10 +663,12 @@ _FILENO_FAILURES: list[tuple[str, Answer, Faults]] = [
 ]
 
 
+_NOT_HANDLES: list[object] = [None, "3", b"3", 3.0, math.nan, True, False, [], (), Junk(), 1j]
+
+
 def _handle_recipes() -> list[HandleRecipe]:
     recipes = [
-        HandleRecipe(f"value {value!r}", value, faults=_TYPE_ERROR)
-        for value in [None, "3", b"3", 3.0, math.nan, True, False, [], (), Junk(), 1j]
+        HandleRecipe(f"value {value!r}", value, faults=_TYPE_ERROR) for value in _NOT_HANDLES
     ]
     recipes += [
         HandleRecipe(f"int {value}", value, faults=_VALUE_ERROR) for value in [-1, -(2**70)]
@@ -885,6 +900,9 @@ class StreamRecipe:
         return self.label
 
 
+_NOT_STREAMS: list[object] = [None, "3", 3.0, True, False, [], Junk(), b"3"]
+
+
 def _stream_recipes() -> list[StreamRecipe]:
     recipes = [
         StreamRecipe("the socket", "socket"),
@@ -892,10 +910,7 @@ def _stream_recipes() -> list[StreamRecipe]:
         StreamRecipe("an object with its fileno()", "object"),
         StreamRecipe("a closed socket", "closed", faults=_VALUE_ERROR),
     ]
-    recipes += [
-        StreamRecipe(f"value {v!r}", "value", v, faults=_TYPE_ERROR)
-        for v in [None, "3", 3.0, True, False, [], Junk(), b"3"]
-    ]
+    recipes += [StreamRecipe(f"value {v!r}", "value", v, faults=_TYPE_ERROR) for v in _NOT_STREAMS]
     recipes += [StreamRecipe(f"int {v}", "value", v, faults=_VALUE_ERROR) for v in [-1, -(2**70)]]
     recipes += [
         StreamRecipe(f"int {v}", "value", v, faults=_VALUE_ERROR, bug="loop-huge-fd")
@@ -948,10 +963,12 @@ unknown_ids = st.one_of(
     st.text(max_size=4),
     st.sampled_from(["", "a", "zz", "\x00", "a" * 1000]),
 )
-non_string_ids = st.sampled_from([None, 1, 0, b"a", 1.5, True, ("a",), [], {}, Junk()])
+non_string_ids: st.SearchStrategy[Any] = st.sampled_from(
+    [None, 1, 0, b"a", 1.5, True, ("a",), [], {}, Junk()]
+)
 
 _CATCHABLE = [signal.SIGUSR1, signal.SIGUSR2]
-signum_values = st.one_of(
+signum_values: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from([0, -1, signal.NSIG, 2**70, -(2**70), signal.SIGKILL, signal.SIGSTOP, 2**31]),
     st.integers(-(2**40), 2**40),
     bools,
@@ -972,26 +989,19 @@ def signum_faults(value: object) -> Faults:
 
 # -- selectors arguments ------------------------------------------------------------------------
 
-selector_events = st.one_of(
+selector_events: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from([1, 2, 3]),
     st.sampled_from([0, 4, 7, -1, 2**70, -(2**70), 2**31]),
     st.sampled_from([1.0, "1", None, [], Junk(), 1j, Fraction(1), Decimal(1)]),
     st.integers(-8, 8),
 )
-selector_timeouts = st.one_of(
+selector_timeouts: st.SearchStrategy[Any] = st.one_of(
     st.none(),
     st.sampled_from([0, 0.0, -1, -1.5, -math.inf, math.nan, 1e300, math.inf, 10**400, 2**63]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(2**70), 2**70),
     st.sampled_from(["1", [], 1j, Decimal("0.01"), Fraction(1, 100), timedelta(0), Junk()]),
 )
-
-
-@contextlib.contextmanager
-def no_event_loop() -> Iterator[None]:
-    """Make sure no asyncio loop runs in this thread (the loop tests need none)."""
-    assert asyncio._get_running_loop() is None
-    yield
 
 
 class Hang(Exception):
@@ -1028,7 +1038,6 @@ class Outcome:
 
     result: Any = None
     error: BaseException | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def raised(self) -> bool:
@@ -1070,8 +1079,3 @@ def check_succeeded(outcome: Outcome, *, call: str) -> Any:
             f"{call}: raised {type(outcome.error).__name__}: {outcome.error}, expected success"
         ) from outcome.error
     return outcome.result
-
-
-def already_watched() -> Faults:
-    """What adding a fd that is already watched raises (SPEC 6.1)."""
-    return frozenset({HandleAlreadyWatchedError})

@@ -22,6 +22,7 @@ import pickle
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -90,6 +91,7 @@ class Wrapper:
         self.sock = sock
 
     def fileno(self) -> int:
+        """The socket's fd."""
         return self.sock.fileno()
 
 
@@ -104,6 +106,8 @@ class Slot:
 
 
 ACTIVE, RETIRED, REMOVED = "active", "retired", "removed"
+# While one of these is open, who comes first after a max_events cut is not checked on EPOLL.
+EPOLL_ORDER_BUGS = {"epoll-leftover-order", "epoll-leftover-lost"}
 
 
 @dataclass(eq=False)
@@ -124,6 +128,7 @@ class Model:
 
     @property
     def ghost(self) -> bool:
+        """A watcher on a fd number that names no open file."""
         return self.slot is None
 
 
@@ -191,6 +196,7 @@ class ContextMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
+        """A fresh context and SLOTS non-blocking socketpairs."""
         self.ctx = self.api.Context(self.backend)
         for _ in range(SLOTS):
             self.slots.append(Slot(*socket.socketpair()))
@@ -198,6 +204,7 @@ class ContextMachine(RuleBasedStateMachine):
             slot.local.setblocking(False)
 
     def teardown(self) -> None:
+        """Close the context and every socket the machine made."""
         if self.ctx is not None:
             self.ctx.close()
         for slot in self.slots:
@@ -209,17 +216,16 @@ class ContextMachine(RuleBasedStateMachine):
     # -- the model ------------------------------------------------------------------------------
 
     @property
-    def edge_backend(self) -> bool:
-        return bool(self.backend.supports_edge_triggering())
-
-    @property
     def epoll(self) -> bool:
+        """Whether the context runs on EPOLL (one-shots disarmed by the kernel)."""
         return self.ctx is not None and self.ctx.backend.name == "EPOLL"
 
     def active(self) -> list[Model]:
+        """The watchers SPEC says are active."""
         return [m for m in self.models if m.state == ACTIVE]
 
     def watched_fds(self) -> set[int]:
+        """The fds of the active watchers: adding one again is HandleAlreadyWatchedError."""
         return {m.fd for m in self.active()}
 
     def level(self, m: Model) -> int:
@@ -251,14 +257,17 @@ class ContextMachine(RuleBasedStateMachine):
         return ("must", level, level) if level else ("no", 0, 0)
 
     def must_be_ready(self) -> bool:
+        """Whether the next wait() must report something (then it returns at once)."""
         return any(self.readiness(m)[0] == "must" for m in self.models)
 
     def after_new_edge(self, slot_index: int) -> None:
+        """Data reached ``slot_index``: an edge for its edge-triggered READ/PRIORITY watchers."""
         for m in self.models:
             if m.slot == slot_index and m.events & EDGE and m.events & (READ | PRIORITY):
                 m.pending = True
 
     def retire_slot(self, slot_index: int) -> None:
+        """The stream of ``slot_index`` was closed: its active watchers are retired."""
         for m in self.models:
             if m.slot == slot_index and m.state == ACTIVE:
                 m.state = RETIRED
@@ -282,6 +291,7 @@ class ContextMachine(RuleBasedStateMachine):
         )
 
     def expected_snapshot(self) -> tuple[Any, ...]:
+        """What ``snapshot()`` must show, by the model."""
         return (
             0 if self.closed else len(self.active()),
             tuple(
@@ -296,6 +306,7 @@ class ContextMachine(RuleBasedStateMachine):
         )
 
     def check_model(self) -> None:
+        """The public view of the context and its watchers is the model's."""
         assert self.snapshot() == self.expected_snapshot()
         for m in self.models:
             assert m.watcher.data is m.data
@@ -309,6 +320,7 @@ class ContextMachine(RuleBasedStateMachine):
         return outcome
 
     def handle_fds(self) -> dict[str, int]:
+        """The numbers the symbolic fds of a ``HandleRecipe`` stand for, now."""
         watched = [m.fd for m in self.active() if not m.ghost]
         spare = self.spare[0].fileno()
         return {
@@ -346,6 +358,8 @@ class ContextMachine(RuleBasedStateMachine):
             assert not missing, f"wait() missed {missing!r} (room for {limit})"
         # Watchers left out by max_events come out first (SPEC 4).
         ahead = [m for m in self.leftovers if states[id(m)][0] == "must"]
+        if self.epoll and (EPOLL_ORDER_BUGS & fz.KNOWN_BUGS.keys()):
+            ahead = []  # not checked on EPOLL while these bugs are open
         for watcher in result[: min(limit, len(ahead))]:
             m = by_watcher[id(watcher)]
             assert m in self.leftovers or m in self.unsure, (
@@ -405,7 +419,7 @@ class ContextMachine(RuleBasedStateMachine):
         faults = fz.wait_faults(timeout, microseconds, max_events, whole_seconds=self.polyfill)
         call = f"wait({timeout!r}, {microseconds!r}, {max_events!r}) [{style}]"
         if self.closed:
-            allowed = frozenset({PollError, *faults.values()})
+            allowed: fz.Faults = frozenset({PollError, *faults.values()})
             self.unchanged_by(
                 call, lambda: call_wait(self.ctx, style, timeout, microseconds, max_events), allowed
             )
@@ -448,7 +462,7 @@ class ContextMachine(RuleBasedStateMachine):
         if self.closed:
             allowed = allowed | {PollError}
             success = "never"
-        if success == "must" and not allowed:
+        if success == "must":
             return fz.check_succeeded(fz.attempt(make), call=call)
         before = self.snapshot()
         outcome = fz.attempt(make)
@@ -465,6 +479,7 @@ class ContextMachine(RuleBasedStateMachine):
         events=st.one_of(fz.events_args(valid=True), fz.events_args()),
     )
     def add(self, slot: int, form: str, events: fz.Arg) -> None:
+        """``add()`` of a slot's stream in some form: done, or refused with nothing changed."""
         s = self.slots[slot]
         if not s.open:
             return
@@ -479,7 +494,7 @@ class ContextMachine(RuleBasedStateMachine):
             call,
             lambda: self.ctx.add(handle, events.make(), data),
             faults,
-            "must",
+            "never" if faults else "must",
             names=("events",),
         )
         if watcher is None:
@@ -501,7 +516,6 @@ class ContextMachine(RuleBasedStateMachine):
         handle = recipe.make(fds)
         allowed = set(recipe.faults)
         success = "never"
-        first = recipe.script[0] if recipe.script else None
         if recipe.lies:
             allowed |= {InvalidHandleError, HandleAlreadyWatchedError, FailedHandleAddError}
             allowed |= {a for a in recipe.script if isinstance(a, type)}
@@ -518,11 +532,12 @@ class ContextMachine(RuleBasedStateMachine):
                 allowed = {HandleAlreadyWatchedError}
             else:
                 success = "must"
-        elif first is None:
-            pass
         if not allowed:
             success = "must"
-        allowed |= fz.backend_faults(events.bits, self.backend)
+        unsupported = fz.backend_faults(events.bits, self.backend)
+        if unsupported:
+            allowed |= unsupported
+            success = "may" if success == "may" else "never"
         call = f"add({recipe!r}, {events!r})"
         watcher = self.adding(
             call,
@@ -567,7 +582,7 @@ class ContextMachine(RuleBasedStateMachine):
             f"add({form} closed fd {fd}, {events!r})",
             lambda: self.ctx.add(handle, events.make(), data),
             faults,
-            "must",
+            "never" if faults else "must",
         )
         if watcher is not None:
             self.models.append(Model(watcher, fd, None, form, events.bits, data))
@@ -575,6 +590,7 @@ class ContextMachine(RuleBasedStateMachine):
     # -- watchers -----------------------------------------------------------------------------
 
     def pick(self, index: int) -> Model | None:
+        """The model of one of the watchers made so far, by index (None before the first)."""
         return self.models[index % len(self.models)] if self.models else None
 
     @rule(
@@ -583,6 +599,7 @@ class ContextMachine(RuleBasedStateMachine):
         events=fz.events_args(),
     )
     def modify(self, index: int, method: str, events: fz.Arg) -> None:
+        """``modify``/``modify_events``/``modify_data``: refused with nothing changed, or done."""
         m = self.pick(index)
         if m is None:
             return
@@ -614,8 +631,6 @@ class ContextMachine(RuleBasedStateMachine):
         if m in self.leftovers:
             self.leftovers.remove(m)
             self.unsure.append(m)
-        elif self.epoll and fz.open_bug("epoll-leftover-order") and m not in self.unsure:
-            self.unsure.append(m)  # it may keep a place in epoll's ready list
 
     @rule(index=st.integers(0, 50), dice=st.integers(0, 2))
     def remove(self, index: int, dice: int) -> None:
@@ -635,6 +650,7 @@ class ContextMachine(RuleBasedStateMachine):
 
     @rule(index=st.integers(0, 50), event=has_triggered_values)
     def has_triggered(self, index: int, event: Any) -> None:
+        """``has_triggered(event)``: a bool by the model for an Event, else TypeError."""
         m = self.pick(index)
         if m is None:
             return
@@ -654,11 +670,13 @@ class ContextMachine(RuleBasedStateMachine):
         events=fz.events_args(valid=True),
     )
     def add_valid(self, slot: int, form: str, events: fz.Arg) -> None:
+        """``add()`` with valid events only."""
         if not self.closed:
             self.add(slot, form, events)
 
     @rule(slot=st.integers(0, SLOTS - 1), max_events=st.one_of(st.none(), st.integers(1, 3)))
     def send_and_wait(self, slot: int, max_events: int | None) -> None:
+        """Send a byte to a slot's stream, then ``wait(0)``."""
         self.send(slot)
         self.wait_zero(max_events)
 
@@ -666,6 +684,7 @@ class ContextMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def send(self, slot: int) -> None:
+        """One more byte for a slot's stream to read (an edge for its edge watchers)."""
         s = self.slots[slot]
         if s.open:
             s.peer.send(b"x")
@@ -674,6 +693,7 @@ class ContextMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def drain(self, slot: int) -> None:
+        """Read all that waits on a slot's stream."""
         s = self.slots[slot]
         if s.open and s.unread:
             for m in self.models:
@@ -681,10 +701,6 @@ class ContextMachine(RuleBasedStateMachine):
                     continue
                 if m in self.leftovers:
                     self.leftovers.remove(m)  # not ready for a while: its turn is unsure
-                    self.unsure.append(m)
-                elif self.epoll and fz.open_bug("epoll-leftover-order"):
-                    # epoll keeps its place in the ready list while it is not ready, ahead
-                    # of watchers left out meanwhile.
                     self.unsure.append(m)
             assert len(s.local.recv(65536)) == s.unread
             s.unread = 0
@@ -763,7 +779,12 @@ class ContextMachine(RuleBasedStateMachine):
                 target = self.models[-1].watcher
             else:
                 target = StreamPollHandle(self.spare[0])
-            function = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": pickle.dumps}[how]
+            functions: dict[str, Callable[[Any], Any]] = {
+                "copy": copy.copy,
+                "deepcopy": copy.deepcopy,
+                "pickle": pickle.dumps,
+            }
+            function = functions[how]
             run = lambda: function(target)  # noqa: E731
         self.unchanged_by(f"{how}({what})", run, frozenset({TypeError}))
 
@@ -775,6 +796,7 @@ class ContextMachine(RuleBasedStateMachine):
 
     @invariant()
     def data_is_kept(self) -> None:
+        """Every watcher hands back the very data object it was given."""
         # Side-effect free (the C getter, when built): the data given, never a copy.
         for m in self.models:
             assert m.watcher.data is m.data
@@ -814,6 +836,7 @@ MACHINES = {
 
 @pytest.mark.parametrize("name", list(MACHINES))
 def test_context_state_machine(name: str) -> None:
+    """The state machine of one implementation and backend."""
     run_state_machine_as_test(MACHINES[name], settings=fz.scaled(0.4))
 
 
@@ -892,10 +915,12 @@ def test_c_and_pure_wait_agree_and_follow_spec(
 def test_c_and_pure_wait_refuse_a_wrong_call_shape(
     shape: tuple[tuple[Any, ...], dict[str, Any]], backend: Any
 ) -> None:
+    """A wait() called with a wrong shape is a TypeError on C, pure and polyfill alike."""
     args, kwargs = shape
     a, b = socket.socketpair()
     try:
-        for make in (iopoll.Context, pure_iopoll.Context, fallback.Context):
+        makers: list[Any] = [iopoll.Context, pure_iopoll.Context, fallback.Context]
+        for make in makers:
             backend_of = fallback.Backend.SELECT if make is fallback.Context else backend
             with make(backend_of) as ctx:
                 ctx.add(a, Event.WRITE)
@@ -1122,3 +1147,24 @@ def test_close_completes_when_a_handle_fileno_raises(name: str) -> None:
     finally:
         a.close()
         b.close()
+
+
+@fz.xfail_bug("epoll-leftover-lost")
+@pytest.mark.parametrize("api", [iopoll, pure_iopoll], ids=["c", "pure"])
+def test_a_watcher_left_out_is_not_passed_over_by_one_just_reported(api: Any) -> None:
+    """Bug epoll-leftover-lost (SPEC 4): a level watcher the Context cut by max_events comes
+    out on the next call before one that the previous call reported."""
+    pairs = [socket.socketpair() for _ in range(5)]
+    try:
+        with api.Context(api.Backend.EPOLL) as ctx:
+            for name, (sock, _) in zip("ABCD", pairs[:4], strict=True):
+                ctx.add(sock, Event.WRITE, name)
+            ctx.add(pairs[4][0], Event.WRITE, "S")
+            pairs[4][0].close()  # closed without remove(): a stale fd, one more in a batch
+            assert len(ctx) == 4
+            assert [w.data for w in ctx.wait(0, 0, 3)] == ["A", "B", "C"]  # D left out
+            assert [w.data for w in ctx.wait(0, 0, 1)] == ["D"]
+    finally:
+        for pair in pairs:
+            for sock in pair:
+                sock.close()

@@ -42,7 +42,7 @@ from iopoll.loop import (
     SelectorsDriver,
 )
 
-DRIVERS: dict[str, type[Driver]] = {"iopoll": IoPollDriver, "selectors": SelectorsDriver}
+DRIVERS: dict[str, Any] = {"iopoll": IoPollDriver, "selectors": SelectorsDriver}
 KINDS = ["defer", "delay", "repeat", "on_readable", "on_writable", "on_signal"]
 TYPES = {
     "defer": CallbackType.DEFER,
@@ -74,6 +74,7 @@ class Wrapper:
         self.sock = sock
 
     def fileno(self) -> int:
+        """The socket's fd."""
         return self.sock.fileno()
 
 
@@ -97,6 +98,7 @@ class Calls:
     made: list[tuple[str, tuple[object, ...]]] = field(default_factory=list)
 
     def recorder(self, token: str) -> Any:
+        """A function that records one call's arguments under ``token``."""
         return lambda args: self.made.append((token, args))
 
 
@@ -125,10 +127,12 @@ class LoopMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
+        """A fresh driver, with the recording error handler."""
         self.driver = self.driver_type()
         self.driver.set_error_handler(self.errors.append)
 
     def teardown(self) -> None:
+        """Cancel every callback, close the driver; the signal handlers must be back."""
         if self.driver is not None:
             for cid in list(self.callbacks):
                 self.driver.cancel(cid)
@@ -142,6 +146,7 @@ class LoopMachine(RuleBasedStateMachine):
     # -- helpers ----------------------------------------------------------------------------------
 
     def token(self) -> str:
+        """A new token, naming one callable made by the machine."""
         self.tokens += 1
         return f"t{self.tokens}"
 
@@ -153,9 +158,11 @@ class LoopMachine(RuleBasedStateMachine):
         return info, d.get_error_handler(), tuple(signal.getsignal(s) for s in self.handlers)
 
     def expected_ids(self) -> list[str]:
+        """The ids the model says are live."""
         return sorted(self.callbacks)
 
     def failing(self, call: str, run: Any, allowed: fz.Faults, names: Any = ()) -> Any:
+        """Run a call that must fail with one of ``allowed``; the driver's state must not move."""
         before = self.state()
         outcome = fz.attempt(run)
         fz.check_raised(outcome, allowed, call=call, names=names)
@@ -163,6 +170,7 @@ class LoopMachine(RuleBasedStateMachine):
         return outcome
 
     def stream_for(self, recipe: fz.StreamRecipe, sock: socket.socket) -> Any:
+        """The ``stream`` argument a recipe stands for, on ``sock``."""
         if recipe.kind == "socket":
             return sock
         if recipe.kind == "int":
@@ -194,6 +202,7 @@ class LoopMachine(RuleBasedStateMachine):
         which: int,
         signum: Any,
     ) -> None:
+        """Register a callback of any kind with any arguments: refused as SPEC says, or done."""
         token = self.token()
         fn = fz.make_callback(spec, self.calls.recorder(token))
         faults = set(spec.faults)
@@ -257,6 +266,7 @@ class LoopMachine(RuleBasedStateMachine):
         args=st.lists(st.integers(), max_size=2),
     )
     def queue(self, spec: fz.CallbackSpec, args: list[int]) -> None:
+        """``queue(fn, *args)``: a microtask for the next run, or a TypeError for a bad fn."""
         token = self.token()
         fn = fz.make_callback(spec, self.calls.recorder(token))
         call = f"queue({spec!r}, *{args!r})"
@@ -278,6 +288,7 @@ class LoopMachine(RuleBasedStateMachine):
         other=fz.non_string_ids,
     )
     def id_call(self, method: str, source: str, index: int, unknown: str, other: Any) -> None:
+        """An id method with a live, cancelled, unknown or non-string id, as SPEC 9.1 says."""
         if source == "live" and self.callbacks:
             cid: Any = sorted(self.callbacks)[index % len(self.callbacks)]
         elif source == "dead" and self.dead:
@@ -293,7 +304,9 @@ class LoopMachine(RuleBasedStateMachine):
         live = self.callbacks.get(cid) if isinstance(cid, str) else None
         if live is None:
             # Unknown: SPEC 9.1 says which raise; a non-string may also be a TypeError.
-            allowed = {InvalidCallbackError} if method in RAISING else set()
+            allowed: set[type[BaseException]] = set()
+            if method in RAISING:
+                allowed.add(InvalidCallbackError)
             if not isinstance(cid, str):
                 allowed.add(TypeError)
             before = self.state()
@@ -393,7 +406,7 @@ class LoopMachine(RuleBasedStateMachine):
         )
         # Errors go to the handler: a non-None return is an InvalidCallbackError (a
         # returned coroutine closed first), an exception itself.
-        expected_errors = collections.Counter()
+        expected_errors: collections.Counter[str] = collections.Counter()
         for token in self.microtasks:
             outcome_kind = self.microtask_outcomes[token]
             if outcome_kind == "raise":
@@ -419,6 +432,7 @@ class LoopMachine(RuleBasedStateMachine):
 
     @rule()
     def check_state(self) -> None:
+        """The driver's ids, types, flags and error handler are the model's."""
         d = self.driver
         assert sorted(d.get_identifiers()) == self.expected_ids()
         for cid, cb in self.callbacks.items():
@@ -437,6 +451,7 @@ MACHINES = {
 
 @pytest.mark.parametrize("name", list(MACHINES))
 def test_loop_state_machine(name: str) -> None:
+    """The state machine of one driver."""
     run_state_machine_as_test(MACHINES[name], settings=fz.scaled(0.4))
 
 
@@ -518,7 +533,8 @@ def test_fraction_delays_are_numbers() -> None:
     """``numbers.Real`` values other than int and float are seconds too (SPEC 9.1)."""
     d = IoPollDriver()
     try:
-        cid = d.delay(Fraction(1, 3), lambda cid: None)
+        seconds: Any = Fraction(1, 3)
+        cid = d.delay(seconds, lambda cid: None)
         assert d.get_type(cid) is CallbackType.DELAY
     finally:
         d.close()

@@ -73,6 +73,7 @@ class Wrapper:
         self.answer = answer
 
     def fileno(self) -> Any:
+        """The scripted answer (an exception class is raised)."""
         if isinstance(self.answer, type) and issubclass(self.answer, BaseException):
             raise self.answer("scripted")
         return self.answer
@@ -82,11 +83,9 @@ class Wrapper:
 
 
 GOOD = ["socket", "fd", "wrapper", "intsub", "str-fileno", "float-fileno"]
+_NOT_FILEOBJS: list[object] = [None, "3", 3.0, -1, -(2**70), [], fz.Junk(), 1j]
 BAD: list[FileobjRecipe] = [
-    *[
-        FileobjRecipe(f"value {v!r}", "value", v)
-        for v in [None, "3", 3.0, -1, -(2**70), [], fz.Junk(), 1j]
-    ],
+    *[FileobjRecipe(f"value {v!r}", "value", v) for v in _NOT_FILEOBJS],
     *[FileobjRecipe(f"value {v!r}", "value", v, bug="selector-huge-fd") for v in [2**31, 2**70]],
     *[FileobjRecipe(f"value {v!r}", "value", v, bug="selector-bool") for v in [True, False]],
     *[
@@ -111,14 +110,17 @@ RECIPES = [FileobjRecipe(kind, kind) for kind in GOOD] + BAD
 
 
 def fileobj_recipes(*, include_bugs: bool = False) -> st.SearchStrategy[FileobjRecipe]:
+    """Good and bad ``fileobj`` recipes; those that run into an open bug only if asked."""
     return st.sampled_from([r for r in RECIPES if include_bugs or not fz.open_bug(r.bug)])
 
 
 def outcome_name(outcome: fz.Outcome) -> str:
+    """``'ok'``, or the name of the exception the call raised."""
     return "ok" if outcome.error is None else type(outcome.error).__name__
 
 
 def key_shape(key: Any) -> tuple[Any, ...]:
+    """A key as comparable values: the identity of its file object and data."""
     return (id(key.fileobj), key.fd, key.events, id(key.data))
 
 
@@ -143,10 +145,12 @@ class SelectorMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
+        """Our selector and the stdlib one of the same mechanism."""
         self.ours = IoPollSelector(Backend[self.backend_name])
         self.theirs = PAIRS[self.backend_name]()
 
     def teardown(self) -> None:
+        """Close both selectors and every file the machine opened."""
         for selector in (self.ours, self.theirs):
             if selector is not None:
                 selector.close()
@@ -159,6 +163,7 @@ class SelectorMachine(RuleBasedStateMachine):
     # -- helpers ----------------------------------------------------------------------------------
 
     def make(self, recipe: FileobjRecipe, slot: int) -> Any:
+        """The ``fileobj`` a recipe stands for, on the socket of ``slot``."""
         sock = self.pairs[slot][0]
         kind = recipe.kind
         if kind == "socket":
@@ -188,9 +193,11 @@ class SelectorMachine(RuleBasedStateMachine):
         return recipe.value
 
     def registered(self) -> list[tuple[Any, ...]]:
+        """The keys of our selector, as comparable values."""
         return sorted(key_shape(k) for k in self.ours.get_map().values())
 
     def check_same_map(self) -> None:
+        """Both selectors hold the same keys."""
         if self.closed:
             return
         ours = sorted(key_shape(k) for k in self.ours.get_map().values())
@@ -199,6 +206,7 @@ class SelectorMachine(RuleBasedStateMachine):
         assert len(self.ours.get_map()) == len(self.theirs.get_map())
 
     def both(self, call: str, run: Any) -> tuple[fz.Outcome, fz.Outcome]:
+        """Make the same call on both selectors."""
         if self.closed:
             return self.after_close(call, run)
         ours = fz.attempt(lambda: run(self.ours))
@@ -247,6 +255,7 @@ class SelectorMachine(RuleBasedStateMachine):
         events=fz.selector_events,
     )
     def register(self, recipe: FileobjRecipe, slot: int, events: Any) -> None:
+        """``register()`` of any fileobj and events on both: the same outcome."""
         fileobj = self.make(recipe, slot)
         data = object()
         call = f"register({recipe!r} -> {fileobj!r}, {events!r})"
@@ -291,6 +300,7 @@ class SelectorMachine(RuleBasedStateMachine):
         same_data=st.booleans(),
     )
     def modify(self, recipe: FileobjRecipe, slot: int, events: Any, same_data: bool) -> None:
+        """``modify()`` of any fileobj, events and data on both: the same outcome."""
         fileobj = self.make(recipe, slot)
         key = fz.attempt(lambda: self.ours.get_map().get(fileobj)).result
         data = key.data if (same_data and key is not None) else object()
@@ -318,10 +328,17 @@ class SelectorMachine(RuleBasedStateMachine):
                 self.theirs.register(mine.fileobj, mine.events, mine.data)
                 stdlib = self.theirs.get_key(mine.fileobj)
             assert key_shape(mine) == key_shape(stdlib), call
+            if type(stdlib.events) is not int:
+                # modify(f, 1.0) of a key with events 1: the poll-like stdlib selectors keep
+                # the float (and select() fails on it later); ours keeps the int.  Resync.
+                assert type(mine.events) is int, call
+                self.theirs.unregister(mine.fileobj)
+                self.theirs.register(mine.fileobj, mine.events, mine.data)
         self.check_same_map()
 
     @rule(recipe=st.deferred(lambda: SelectorMachine.recipes), slot=st.integers(0, SLOTS - 1))
     def unregister(self, recipe: FileobjRecipe, slot: int) -> None:
+        """``unregister()`` of any fileobj on both: the same outcome."""
         fileobj = self.make(recipe, slot)
         call = f"unregister({recipe!r} -> {fileobj!r})"
         ours, theirs = self.both(call, lambda s: s.unregister(fileobj))
@@ -332,6 +349,7 @@ class SelectorMachine(RuleBasedStateMachine):
 
     @rule(recipe=st.deferred(lambda: SelectorMachine.recipes), slot=st.integers(0, SLOTS - 1))
     def get_key(self, recipe: FileobjRecipe, slot: int) -> None:
+        """``get_key()`` of any fileobj on both: the same outcome."""
         fileobj = self.make(recipe, slot)
         call = f"get_key({recipe!r} -> {fileobj!r})"
         ours, theirs = self.both(call, lambda s: s.get_key(fileobj))
@@ -344,6 +362,7 @@ class SelectorMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def select(self, data: st.DataObject) -> None:
+        """``select()`` with any timeout on both: the same outcome, the same ready keys."""
         timeout = data.draw(self.timeouts, label="timeout")
         if self.closed:
             return
@@ -363,11 +382,13 @@ class SelectorMachine(RuleBasedStateMachine):
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def send(self, slot: int) -> None:
+        """One more byte for a slot's socket to read."""
         self.pairs[slot][1].send(b"x")
         self.unread[slot] += 1
 
     @rule(slot=st.integers(0, SLOTS - 1))
     def drain(self, slot: int) -> None:
+        """Read all that waits on a slot's socket."""
         if self.unread[slot]:
             self.pairs[slot][0].recv(65536)
             self.unread[slot] = 0
@@ -375,6 +396,7 @@ class SelectorMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.closed)
     @rule(dice=st.integers(0, 7))
     def close(self, dice: int) -> None:
+        """Close both selectors (one draw in eight): ours then refuses with RuntimeError."""
         if dice:
             return
         self.ours.close()
@@ -388,6 +410,7 @@ class SelectorMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.closed)
     @rule()
     def reopen(self) -> None:
+        """Fresh selectors after a close."""
         self.start()
         self.closed = False
 
@@ -411,6 +434,7 @@ MACHINES = {name: _machine(name) for name in PAIRS if Backend[name].is_available
 
 @pytest.mark.parametrize("name", list(MACHINES))
 def test_selector_state_machine(name: str) -> None:
+    """The differential state machine of one mechanism."""
     run_state_machine_as_test(MACHINES[name], settings=fz.scaled(0.4))
 
 
@@ -464,7 +488,8 @@ def test_decimal_and_fraction_timeouts_as_the_stdlib() -> None:
             with IoPollSelector(Backend[name]) as ours, PAIRS[name]() as theirs:
                 for selector in (ours, theirs):
                     selector.register(a, selectors.EVENT_WRITE)
-                for timeout in (Fraction(1, 100), Decimal("0.01")):
+                timeouts: list[Any] = [Fraction(1, 100), Decimal("0.01")]
+                for timeout in timeouts:
                     o = fz.attempt(lambda: ours.select(timeout))  # noqa: B023
                     t = fz.attempt(lambda: theirs.select(timeout))  # noqa: B023
                     assert outcome_name(o) == outcome_name(t), (name, timeout, o, t)
