@@ -51,12 +51,6 @@ from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 __all__ = ["Context"]
 
 
-def _os_batch(limit: int, registered: int) -> int:
-    # epoll and kqueue allocate their result array per call: ask for no more than can be
-    # ready.  (-1 would mean epoll's default of FD_SETSIZE - 1, cutting "as many as ready".)
-    return min(limit, registered) if registered else 1
-
-
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
 
@@ -363,24 +357,28 @@ class Context(_Uncopyable):
         leftovers = self._leftovers
         if buffered or any(leftovers.values()):
             seconds = 0.0
-        # Room for the left-out and the buffered watchers as well: a level one is only ready
-        # again if the OS says so, and in a batch of ``limit`` it may not (after a rebuild it
-        # does not); a buffered one may be writable too.
-        room = limit + len(leftovers) + len(buffered)
-        raw = self._poll(mechanism, seconds, min(room, MAX_EVENTS_LIMIT))
+        raw = self._poll(mechanism, seconds)
         if buffered:
             return self._merge_buffered(mechanism, raw, buffered, limit)
         if leftovers:
             raw = self._leftovers_first(raw)
         return self._collect_all(mechanism, raw, limit) if raw else []
 
-    def _poll(self, mechanism: Mechanism, seconds: float, limit: int) -> list[tuple[int, int]]:
-        """Ask the OS once, for no longer than one call of it can wait.
+    def _poll(self, mechanism: Mechanism, seconds: float) -> list[tuple[int, int]]:
+        """Ask the OS once, for every ready fd, for no longer than one call of it can wait.
 
-        Every poll of the OS but the fast path's goes through here.
+        Every poll of the OS but the fast path's goes through here.  The batch has room for
+        every registration, the stale kernel entries included (they report like the watchers
+        they were), so the ``max_events`` cut is always the Context's, never the OS's: the
+        Context can only give a left-out watcher its turn (SPEC 4) if it saw it left out.
+        epoll's own rotation does not do it: a level fd stays on its ready list until a later
+        epoll_wait() scans it, so an fd that was ready once and drained in between keeps its
+        place ahead of one a short batch left out, and a batch of ``limit`` can pass over a
+        left-out fd altogether.
         """
-        # Room for the stale kernel entries too, which report like the watchers they were.
-        batch = _os_batch(limit, len(self._watchers)) + len(self._stale_fds)
+        # epoll and kqueue allocate their result array per call: ask for no more than can be
+        # ready.  (-1 would mean epoll's default of FD_SETSIZE - 1, not "as many as ready".)
+        batch = max(len(self._watchers) + len(self._stale_fds), 1)
         try:
             return mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
@@ -416,7 +414,7 @@ class Context(_Uncopyable):
                 # Refused, and the batch (the fast path's: one slot per watcher) held only
                 # stale reports.  One more poll, with room for them, finds what they hid;
                 # with nothing there either, the refusal is the answer.
-                return self._collect(mechanism, self._poll(mechanism, 0.0, limit), limit)
+                return self._collect(mechanism, self._poll(mechanism, 0.0), limit)
             ready += found
             if len(found) == len(raw) or len(ready) >= limit:
                 return ready  # nothing was dropped, or there is no room left
@@ -425,7 +423,7 @@ class Context(_Uncopyable):
                 return ready
             mechanism = usable
             reported = {watcher._fd for watcher in ready}
-            more = self._poll(mechanism, 0.0, limit)
+            more = self._poll(mechanism, 0.0)
             if self._leftovers:  # a rebuild kept what the old object held: it goes first
                 more = self._leftovers_first(more)
             raw = [pair for pair in more if pair[0] not in reported]
@@ -444,8 +442,8 @@ class Context(_Uncopyable):
         watchers = self._watchers
         decode = mechanism.decode
         invalid_fd_bit = mechanism.invalid_fd_bit
-        # Only epoll stops at the batch it was asked for: poll() and select() report every
-        # ready fd, kqueue one kevent per filter.  The cut is made here.
+        # The OS was asked for every ready fd (_poll; the fast path has no limit): the
+        # max_events cut is made here.
         cut = len(raw) > limit
         ready: list[Watcher] = []
         found_stale = False

@@ -18,6 +18,10 @@ select() reports only "readable" and "writable", so this module derives the rest
   return at once, forever, and the wait would spin.
 * A closed fd makes select() fail with EBADF for the whole call; the culprits are found
   with ``fstat`` and reported as invalid, so the Context reports them once and drops them.
+  Linux checks only the fds below the size of the process's fd table and leaves the bits
+  above it as they were passed, so a fd number that was never open and lies beyond the
+  table would come back "ready" from every select().  ``register`` sees it (its ``fstat``
+  fails), and the next poll reports it invalid without asking select().
 * fds at or above ``FD_SETSIZE`` cannot be put in an ``fd_set`` (POSIX), and Windows
   CPython's sets hold at most ``FD_SETSIZE`` sockets: ``register`` refuses both as ``TOOBIG``.
 
@@ -78,6 +82,7 @@ _ALWAYS = 0  # regular file, tty, device, listening or datagram socket: readable
 _STREAM = 1  # stream socket: bytes, end of file or reset
 _PIPE = 2  # read end of a pipe or FIFO: bytes or end of file
 _PIPE_WRITER = 3  # write end of a pipe: readable only when the reader is gone
+_NOT_OPEN = 4  # fstat() failed at register: reported invalid by the next poll
 
 _WANTS_READ = Event.READ.value
 _WANTS_WRITE = Event.WRITE.value
@@ -90,8 +95,8 @@ def _kind_of(fd: int) -> int:
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
-        # Windows sockets are not CRT fds; elsewhere, a bad fd fails in select() later.
-        return _STREAM if _WINDOWS else _ALWAYS
+        # Windows sockets are not CRT fds; elsewhere, the fd is not open (yet).
+        return _STREAM if _WINDOWS else _NOT_OPEN
     if stat.S_ISSOCK(mode):
         return _STREAM  # until a peek shows it is a listening or datagram socket
     if stat.S_ISFIFO(mode):
@@ -167,6 +172,7 @@ class SelectMechanism(Mechanism):
         self._readers: list[int] = []
         self._writers: list[int] = []
         self._changed = False
+        self._not_open = False  # a fd registered since the last poll had no open file
         # FIONREAD writes its count here: a mutable buffer spares a bytes object per call.
         self._count = bytearray(len(_NO_BYTES))
 
@@ -184,7 +190,11 @@ class SelectMechanism(Mechanism):
                 f"fd {fd} is at or above FD_SETSIZE ({FD_SETSIZE}), the highest select() can "
                 "watch; use iopoll with the EPOLL, KQUEUE or POLL backend for such fds",
             )
-        self._kinds[fd] = _kind_of(fd)
+        kind = _kind_of(fd)
+        if kind == _NOT_OPEN:
+            self._not_open = True
+            kind = _ALWAYS  # if it is open by the next poll, it is whatever fd it became
+        self._kinds[fd] = kind
         self.modify(fd, events)
 
     def modify(self, fd: int, events: int) -> None:
@@ -206,6 +216,11 @@ class SelectMechanism(Mechanism):
         # The hot path: it allocates only what it returns, plus a set in the rare case
         # of unwanted bytes.  Translation is inline to spare a call per wait.
         if self._changed:
+            if self._not_open:
+                self._not_open = False
+                invalid = self._invalid_fds()
+                if invalid:
+                    return self._drop_invalid(invalid, max_events)
             self._readers = list(self._interest)
             self._writers = [fd for fd, ev in self._interest.items() if ev & _WANTS_WRITE]
             self._changed = False
@@ -222,13 +237,7 @@ class SelectMechanism(Mechanism):
                 if exc.errno != errno.EBADF or not raised_by_backend(exc, type(self)):
                     raise
                 invalid = self._invalid_fds()
-                if not invalid:
-                    return invalid
-                # The other fds may be ready too: leaving them out would break level
-                # triggering for this wait.  The Context drops the invalid ones.
-                for fd, _ in invalid:
-                    self.disarm(fd)
-                return invalid + self.poll(0, max_events)
+                return self._drop_invalid(invalid, max_events) if invalid else invalid
             ready: list[tuple[int, int]] = []
             parked: set[int] | None = None
             for fd in readable:
@@ -265,6 +274,18 @@ class SelectMechanism(Mechanism):
                 if timeout != 0:
                     time.sleep(timeout if timeout > 0 else self.max_timeout)
                 return []
+
+    def _drop_invalid(
+        self, invalid: list[tuple[int, int]], max_events: int
+    ) -> list[tuple[int, int]]:
+        """``invalid`` (fds with no open file) and, polled at once, what else is ready.
+
+        The other fds may be ready too: leaving them out would break level triggering for
+        this wait.  The Context drops the invalid ones.
+        """
+        for fd, _ in invalid:
+            self.disarm(fd)
+        return invalid + self.poll(0, max_events)
 
     def _without_bytes(self, fd: int, kind: int) -> int:
         """What a readable fd with no bytes counted means, by kind."""

@@ -357,7 +357,7 @@ static PyMethodDef wait_def = {
 };
 
 static PyObject *
-watcher_data(PyObject *self, void *closure)
+watcher_data(PyObject *self, void *Py_UNUSED(closure))
 {
     return get_slot(self, slots.data);
 }
@@ -399,7 +399,7 @@ set_attribute(PyTypeObject *type, PyObject *descriptor)
 }
 
 static PyObject *
-install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "install(context_type, watcher_type) takes two classes");
@@ -471,6 +471,10 @@ static struct PyModuleDef speedups_module = {
     "Context.wait()'s fast path in C (optional; the pure-Python one is the reference).",
     -1,
     module_methods,
+    NULL,  /* m_slots */
+    NULL,  /* m_traverse */
+    NULL,  /* m_clear */
+    NULL,  /* m_free */
 };
 
 PyMODINIT_FUNC

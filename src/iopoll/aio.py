@@ -36,6 +36,7 @@ from _iopoll_core.errors import (
     PollError,
 )
 from _iopoll_core.events import ErrorCode, Event
+from _iopoll_core.handles import MAX_FD
 from _iopoll_core.watcher import Watcher
 
 from ._native import Backend, Context
@@ -69,7 +70,7 @@ _FOLD: tuple[int, ...] = tuple(_fold(bits) for bits in range(256))
 def _fileobj_to_fd(fileobj: _FileObj) -> int:
     """The fd of ``fileobj`` (an ``int`` or an object with ``fileno()``); ``ValueError`` if none."""
     if isinstance(fileobj, int):
-        fd = fileobj
+        fd = int(fileobj)  # a bool is the fd it stands for, as selectors takes it
     else:
         try:
             fd = int(fileobj.fileno())
@@ -187,6 +188,8 @@ class IoPollSelector(selectors.BaseSelector):
         """Register ``fileobj`` for ``events`` (``EVENT_READ``, ``EVENT_WRITE`` or both)."""
         _check_events(events)
         fd = _fileobj_to_fd(fileobj)
+        if fd > MAX_FD:  # beyond a C int: no OS call takes it (the stdlib's OverflowError)
+            raise ValueError(f"fileobj has an invalid file descriptor: {fd}")
         if self._closed:
             raise RuntimeError("Selector is closed")
         if fd in self._fd_to_key:
@@ -277,6 +280,8 @@ class IoPollSelector(selectors.BaseSelector):
                 timeout = 0.0
             elif self._round_up_to_ms:
                 timeout = math.ceil(timeout * 1e3) * 1e-3
+            elif type(timeout) is bool:
+                timeout = 1.0  # selectors takes True as 1; the Context refuses a bool
         try:
             return self._context.wait(timeout)
         except FailedPollOperationError as exc:
