@@ -94,38 +94,7 @@ def scaled(fraction: float) -> settings:
 
 # -- known bugs -------------------------------------------------------------------------------
 
-KNOWN_BUGS: dict[str, str] = {
-    "selector-huge-fd": (
-        "IoPollSelector.register() of a fd beyond any C int (2**31, or a fileno() that "
-        "returns it) raises a bare OSError (errno None) from Context.add's FailedHandleAddError"
-        " INVALID; selectors documents ValueError for an invalid file descriptor, and "
-        "IoPollSelector's own docstring says SELECT refuses a fd >= FD_SETSIZE with ValueError"
-    ),
-    "selector-bool": (
-        "IoPollSelector.register(True, ...) raises TypeError (Context.add refuses bool) "
-        "where the stdlib selector takes fd 1 and SPEC 9.2 says ValueError for a bad "
-        "fileobj; IoPollSelector(SELECT).select(True) raises TypeError where EPOLL/POLL "
-        "and selectors.SelectSelector accept it"
-    ),
-    "select-unopened-fd": (
-        "SELECT (native and polyfill) takes a fd number that was never open and lies beyond "
-        "the process's fd table, and reports it READ|WRITE on every wait() for ever (Linux "
-        "select() leaves such bits set); POLL reports it once with ERROR (SPEC 6.9), and "
-        "register()'s own fstat() already sees EBADF"
-    ),
-    "epoll-leftover-lost": (
-        "EPOLL (C and pure): a level watcher the Context cut by max_events (kept with bits 0, "
-        "'ask the OS again') loses its turn when the kernel does not return it within the "
-        "next call's batch of limit+len(leftovers): with 4 writable watchers and one stale "
-        "fd, wait(0, 0, 3) gives A B C and leaves D out, and wait(0, 0, 1) gives A again"
-    ),
-    "epoll-leftover-order": (
-        "EPOLL (C and pure): a READ watcher that was ready, then drained, keeps its place in "
-        "the kernel's ready list; when it becomes ready again it comes out ahead of a "
-        "watcher that max_events left out in between (SPEC 4: left-out watchers come out "
-        "ahead of watchers that became ready since)"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def bug_marks(key: str) -> tuple[pytest.MarkDecorator, ...]:
@@ -207,7 +176,19 @@ class _FilenoScript:
         return answer
 
 
-class Scripted:
+class _ScriptedFileno:
+    """The ``fileno()`` of ``Scripted`` and ``ScriptedHandle``: it answers from the
+    ``_FilenoScript`` each of them keeps in ``_script``."""
+
+    __slots__ = ()
+    _script: _FilenoScript
+
+    def fileno(self) -> Any:
+        """The next scripted answer (an exception class is raised)."""
+        return self._script.next()
+
+
+class Scripted(_ScriptedFileno):
     """Any object with a ``fileno()`` that answers from a script (it may lie between calls).
 
     ``closed`` is the attribute ``StreamPollHandle.is_valid()`` also reads.
@@ -217,25 +198,17 @@ class Scripted:
         self._script = _FilenoScript(answers)
         self.closed = closed
 
-    def fileno(self) -> Any:
-        """The next scripted answer (an exception class is raised)."""
-        return self._script.next()
-
     def __repr__(self) -> str:
         return f"Scripted({self._script.answers!r}, closed={self.closed})"
 
 
-class ScriptedHandle(Handle):
+class ScriptedHandle(_ScriptedFileno, Handle):
     """A third-party ``Handle`` subclass whose ``fileno()`` answers from a script."""
 
     __slots__ = ("_script",)
 
     def __init__(self, answers: Sequence[Answer]) -> None:
         self._script = _FilenoScript(answers)
-
-    def fileno(self) -> Any:
-        """The next scripted answer (an exception class is raised)."""
-        return self._script.next()
 
     def __repr__(self) -> str:
         return f"ScriptedHandle({self._script.answers!r})"
@@ -666,6 +639,14 @@ _FILENO_FAILURES: list[tuple[str, Answer, Faults]] = [
 _NOT_HANDLES: list[object] = [None, "3", b"3", 3.0, math.nan, True, False, [], (), Junk(), 1j]
 
 
+def _scripted_recipe(as_handle: bool, label: str, *script: Answer, **fields: Any) -> HandleRecipe:
+    """The recipe of an object (a ``Handle`` subclass if ``as_handle``) whose ``fileno()``
+    answers ``script``, labelled ``"<object|Handle> fileno() <label>"``; ``fields`` are the
+    other ``HandleRecipe`` fields."""
+    kind = "Handle" if as_handle else "object"
+    return HandleRecipe(f"{kind} fileno() {label}", script=script, as_handle=as_handle, **fields)
+
+
 def _handle_recipes() -> list[HandleRecipe]:
     recipes = [
         HandleRecipe(f"value {value!r}", value, faults=_TYPE_ERROR) for value in _NOT_HANDLES
@@ -678,19 +659,14 @@ def _handle_recipes() -> list[HandleRecipe]:
             HandleRecipe(f"int {value}", value, faults=HUGE_FD_FAULTS, huge=True, bug="huge-fd")
         )
     for as_handle in (False, True):
-        kind = "Handle" if as_handle else "object"
         for label, answer, faults in _FILENO_FAILURES:
-            recipes.append(
-                HandleRecipe(
-                    f"{kind} fileno() {label}", script=(answer,), as_handle=as_handle, faults=faults
-                )
-            )
+            recipes.append(_scripted_recipe(as_handle, label, answer, faults=faults))
         for value in [2**31, 2**70]:
             recipes.append(
-                HandleRecipe(
-                    f"{kind} fileno() returns {value}",
-                    script=(value,),
-                    as_handle=as_handle,
+                _scripted_recipe(
+                    as_handle,
+                    f"returns {value}",
+                    value,
                     faults=HUGE_FD_FAULTS,
                     huge=True,
                     bug="huge-fd",
@@ -698,12 +674,7 @@ def _handle_recipes() -> list[HandleRecipe]:
             )
         for fd_kind in (CLOSED, WATCHED):
             recipes.append(
-                HandleRecipe(
-                    f"{kind} fileno() returns {fd_kind}",
-                    script=(fd_kind,),
-                    as_handle=as_handle,
-                    fd_kind=fd_kind,
-                )
+                _scripted_recipe(as_handle, f"returns {fd_kind}", fd_kind, fd_kind=fd_kind)
             )
         # Objects that lie: the answer changes between calls.
         for first, then in [
@@ -725,12 +696,8 @@ def _handle_recipes() -> list[HandleRecipe]:
             elif then == "3" and not as_handle:
                 bug = "is-valid-non-int"
             recipes.append(
-                HandleRecipe(
-                    f"{kind} fileno() lies {first!r} then {then!r}",
-                    script=(first, then),
-                    as_handle=as_handle,
-                    lies=True,
-                    bug=bug,
+                _scripted_recipe(
+                    as_handle, f"lies {first!r} then {then!r}", first, then, lies=True, bug=bug
                 )
             )
     recipes.append(
@@ -1070,6 +1037,25 @@ def check_raised(
         assert any(name in message for name in names), (
             f"{call}: the message {message!r} names none of {list(names)} (SPEC 1)"
         )
+
+
+def check_fails_unchanged(
+    state: Callable[[], object],
+    run: Callable[[], Any],
+    allowed: Faults,
+    *,
+    call: str,
+    names: Sequence[str] = (),
+    what: str,
+) -> Outcome:
+    """Run ``run``, a call that must fail with one of ``allowed`` (as ``check_raised``
+    says), and check that ``state()`` reads the same after it as before: a failed call
+    leaves nothing half-made.  ``what`` names that state in the failure message."""
+    before = state()
+    outcome = attempt(run)
+    check_raised(outcome, allowed, call=call, names=names)
+    assert state() == before, f"{call} changed {what}"
+    return outcome
 
 
 def check_succeeded(outcome: Outcome, *, call: str) -> Any:

@@ -48,16 +48,20 @@ class _IoPollCases(test_selectors.BaseSelectorTestCase):  # type: ignore[misc]
         )
 
 
+class _ScalableIoPollCases(
+    _IoPollCases,
+    test_selectors.ScalableSelectorMixIn,  # type: ignore[misc]
+):
+    """``BaseSelectorTestCase`` + ``ScalableSelectorMixIn``: for the backends with no
+    ``FD_SETSIZE`` limit."""
+
+
 def _available(name: str) -> bool:
     return Backend[name].is_available()
 
 
 @unittest.skipUnless(_available("EPOLL"), "Backend.EPOLL is not available here")
-class TestEpollIoPollSelector(
-    _IoPollCases,
-    test_selectors.ScalableSelectorMixIn,  # type: ignore[misc]
-    unittest.TestCase,
-):
+class TestEpollIoPollSelector(_ScalableIoPollCases, unittest.TestCase):
     """``BaseSelectorTestCase`` + ``ScalableSelectorMixIn`` on ``Backend.EPOLL``."""
 
     SELECTOR = _factory(Backend.EPOLL)
@@ -73,22 +77,14 @@ class TestEpollIoPollSelector(
 
 
 @unittest.skipUnless(_available("POLL"), "Backend.POLL is not available here")
-class TestPollIoPollSelector(
-    _IoPollCases,
-    test_selectors.ScalableSelectorMixIn,  # type: ignore[misc]
-    unittest.TestCase,
-):
+class TestPollIoPollSelector(_ScalableIoPollCases, unittest.TestCase):
     """``BaseSelectorTestCase`` + ``ScalableSelectorMixIn`` on ``Backend.POLL``."""
 
     SELECTOR = _factory(Backend.POLL)
 
 
 @unittest.skipUnless(_available("KQUEUE"), "Backend.KQUEUE is not available here")
-class TestKqueueIoPollSelector(
-    _IoPollCases,
-    test_selectors.ScalableSelectorMixIn,  # type: ignore[misc]
-    unittest.TestCase,
-):
+class TestKqueueIoPollSelector(_ScalableIoPollCases, unittest.TestCase):
     """``BaseSelectorTestCase`` + ``ScalableSelectorMixIn`` on ``Backend.KQUEUE``."""
 
     SELECTOR = _factory(Backend.KQUEUE)

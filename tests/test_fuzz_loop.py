@@ -163,11 +163,9 @@ class LoopMachine(RuleBasedStateMachine):
 
     def failing(self, call: str, run: Any, allowed: fz.Faults, names: Any = ()) -> Any:
         """Run a call that must fail with one of ``allowed``; the driver's state must not move."""
-        before = self.state()
-        outcome = fz.attempt(run)
-        fz.check_raised(outcome, allowed, call=call, names=names)
-        assert self.state() == before, f"{call} changed the driver's state"
-        return outcome
+        return fz.check_fails_unchanged(
+            self.state, run, allowed, call=call, names=names, what="the driver's state"
+        )
 
     def stream_for(self, recipe: fz.StreamRecipe, sock: socket.socket) -> Any:
         """The ``stream`` argument a recipe stands for, on ``sock``."""
@@ -249,17 +247,10 @@ class LoopMachine(RuleBasedStateMachine):
         which=st.integers(0, 1),
         signum=st.sampled_from([signal.SIGUSR1, signal.SIGUSR2]),
     )
-    def register_valid(
-        self,
-        kind: str,
-        spec: fz.CallbackSpec,
-        seconds: Any,
-        stream: fz.StreamRecipe,
-        which: int,
-        signum: int,
-    ) -> None:
-        """The registrations a useful run needs most: valid ones."""
-        self.register(kind, spec, seconds, stream, which, signum)
+    def register_valid(self, **arguments: Any) -> None:
+        """The registrations a useful run needs most: valid ones (``register()`` with
+        arguments drawn from valid values only)."""
+        self.register(**arguments)
 
     @rule(
         spec=fz.callback_specs().filter(lambda s: s.outcome != "coroutine"),

@@ -132,7 +132,7 @@ def test_the_c_wait_answers_every_call_as_the_python_one(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     a, b = socket.socketpair()
-    try:
+    with a, b:
         outcomes = []
         for make in (iopoll.Context, pure_iopoll.Context):
             with make() as ctx:
@@ -144,14 +144,11 @@ def test_the_c_wait_answers_every_call_as_the_python_one(
             assert isinstance(c_outcome, tuple) and c_outcome[0] is TypeError, c_outcome
         else:
             assert c_outcome == python_outcome
-    finally:
-        a.close()
-        b.close()
 
 
 def test_watcher_data_is_read_only_on_both() -> None:
     a, b = socket.socketpair()
-    try:
+    with a, b:
         for make in (iopoll.Context, pure_iopoll.Context):
             with make() as ctx:
                 watcher = ctx.add(a, Event.WRITE, "a")
@@ -160,6 +157,3 @@ def test_watcher_data_is_read_only_on_both() -> None:
                     watcher.data = "b"  # type: ignore[misc]
                 watcher.modify_data("b")
                 assert watcher.data == "b"
-    finally:
-        a.close()
-        b.close()

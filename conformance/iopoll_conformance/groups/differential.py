@@ -368,6 +368,17 @@ class Differential(RuleBasedStateMachine):
 
     # -- the streams ---------------------------------------------------------------------
 
+    def read_out(self, slot: int, end: int) -> None:
+        """Read all that one end of the slot's pair holds, on both sides: nothing is left
+        unread there, and reading the local end consumes a reset's error too."""
+        self.on_both(slot, end, _read_all)
+        state = self.slots[slot]
+        if end == LOCAL:
+            state.to_local = 0
+            state.reset = False  # reading consumed the error on both sides
+        else:
+            state.to_peer = 0
+
     @precondition(lambda self: self.slots_where(local_open=True))
     @rule(data=st.data())
     def close_local(self, data: st.DataObject) -> None:
@@ -403,8 +414,7 @@ class Differential(RuleBasedStateMachine):
     @rule(data=st.data())
     def peer_read(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(peer_open=True))
-        self.on_both(slot, PEER, _read_all)
-        self.slots[slot].to_peer = 0
+        self.read_out(slot, PEER)
 
     @precondition(lambda self: self.slots_where(peer_open=True))
     @rule(data=st.data())
@@ -420,9 +430,7 @@ class Differential(RuleBasedStateMachine):
     @rule(data=st.data())
     def local_read(self, data: st.DataObject) -> None:
         slot = self.pick(data, self.slots_where(local_open=True))
-        self.on_both(slot, LOCAL, _read_all)
-        self.slots[slot].to_local = 0
-        self.slots[slot].reset = False  # reading consumed the error on both sides
+        self.read_out(slot, LOCAL)
 
     @precondition(lambda self: self.slots_where(local_open=True, peer_open=True))
     @rule(data=st.data())

@@ -288,9 +288,9 @@ class ErrorRules:
     # -- EDGE_TRIGGERED where unsupported ------------------------------------------------------
 
     def test_spec_6_5_edge_triggered_unsupported(
-        self, api: ModuleType, backend: Any, ctx: Any, pair: tuple[Any, Any]
+        self, api: ModuleType, caps: Capabilities, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
         """B.18, SPEC 6.5: EDGE_TRIGGERED where unsupported: NOSUPPORT; nothing registered."""
-        if backend.supports_edge_triggering():
+        if caps.edge_triggering:
             pytest.skip("EDGE_TRIGGERED is supported here")
         check_flag_refused(api, ctx, pair, api.Event.EDGE_TRIGGERED)
