@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
@@ -38,6 +39,41 @@ def timed(fn: Callable[[], None], ops: int) -> float:
     started = time.perf_counter()
     fn()
     return ops / (time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def socket_pairs(count: int) -> Iterator[list[tuple[socket.socket, socket.socket]]]:
+    """``count`` connected socket pairs, all closed on exit."""
+    pairs = [socket.socketpair() for _ in range(count)]
+    try:
+        yield pairs
+    finally:
+        for x, y in pairs:
+            x.close()
+            y.close()
+
+
+def ping_pong(
+    a: socket.socket, b: socket.socket, n: int, stop: Callable[[], None]
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The reader callbacks of ``n`` round trips over the pair ``(a, b)``: ``echo`` (for ``b``)
+    sends back what it reads; ``pong`` (for ``a``) counts a trip and starts the next, or calls
+    ``stop`` after the last.  They take whatever arguments their loop passes (a driver: the
+    callback id and the stream; asyncio: none)."""
+    count = [0]
+
+    def echo(*_: object) -> None:
+        b.send(b.recv(16))
+
+    def pong(*_: object) -> None:
+        a.recv(16)
+        count[0] += 1
+        if count[0] == n:
+            stop()
+        else:
+            a.send(b"x")
+
+    return echo, pong
 
 
 # -- iopoll.loop drivers ----------------------------------------------------------------------
@@ -80,19 +116,17 @@ def loop_repeat(make: Callable[[], Driver], n: int) -> float:
 
 def loop_register(make: Callable[[], Driver], n: int) -> float:
     d = make()
-    a, b = socket.socketpair()
 
     def cb(cid: str, stream: Any) -> None:
         pass
 
-    def body() -> None:
-        for _ in range(n):
-            d.cancel(d.on_readable(a, cb))
+    with socket_pairs(1) as [(a, _)]:
 
-    rate = timed(body, n)
-    a.close()
-    b.close()
-    return rate
+        def body() -> None:
+            for _ in range(n):
+                d.cancel(d.on_readable(a, cb))
+
+        return timed(body, n)
 
 
 def loop_suspend(make: Callable[[], Driver], n: int) -> float:
@@ -117,37 +151,20 @@ def loop_suspend(make: Callable[[], Driver], n: int) -> float:
 
 def loop_round_trips(make: Callable[[], Driver], n: int, idle: int) -> float:
     d = make()
-    a, b = socket.socketpair()
-    idles = [socket.socketpair() for _ in range(idle)]
-    for x, _ in idles:
-        d.unreference(d.on_readable(x, lambda cid, s: None))
-    count = [0]
+    with socket_pairs(1 + idle) as [(a, b), *idles]:
+        for x, _ in idles:
+            d.unreference(d.on_readable(x, lambda cid, s: None))
+        echo, pong = ping_pong(a, b, n, d.stop)
+        d.on_readable(b, echo)
+        d.on_readable(a, pong)
+        d.delay(0, lambda cid: d.stop())
+        d.run()  # warm-up: every registration is in the backend before the clock starts
 
-    def echo(cid: str, stream: socket.socket) -> None:
-        stream.send(stream.recv(16))
+        def body() -> None:
+            a.send(b"x")
+            d.run()
 
-    def pong(cid: str, stream: socket.socket) -> None:
-        stream.recv(16)
-        count[0] += 1
-        if count[0] == n:
-            d.stop()
-        else:
-            stream.send(b"x")
-
-    d.on_readable(b, echo)
-    d.on_readable(a, pong)
-    d.delay(0, lambda cid: d.stop())
-    d.run()  # warm-up: every registration is in the backend before the clock starts
-
-    def body() -> None:
-        a.send(b"x")
-        d.run()
-
-    rate = timed(body, n)
-    for x, y in [*idles, (a, b)]:
-        x.close()
-        y.close()
-    return rate
+        return timed(body, n)
 
 
 # -- asyncio / uvloop --------------------------------------------------------------------------
@@ -155,117 +172,87 @@ def loop_round_trips(make: Callable[[], Driver], n: int, idle: int) -> float:
 
 def aio_burst(make: Callable[[], asyncio.AbstractEventLoop], n: int, later: bool) -> float:
     """N ``call_soon`` (or, ``later``, ``call_later(0)``) callbacks, the last one stops."""
-    loop = make()
-    count = [0]
+    with contextlib.closing(make()) as loop:
+        count = [0]
 
-    def cb() -> None:
-        count[0] += 1
-        if count[0] == n:
-            loop.stop()
+        def cb() -> None:
+            count[0] += 1
+            if count[0] == n:
+                loop.stop()
 
-    def body() -> None:
-        if later:
-            for _ in range(n):
-                loop.call_later(0, cb)
-        else:
-            for _ in range(n):
-                loop.call_soon(cb)
-        loop.run_forever()
+        def body() -> None:
+            if later:
+                for _ in range(n):
+                    loop.call_later(0, cb)
+            else:
+                for _ in range(n):
+                    loop.call_soon(cb)
+            loop.run_forever()
 
-    rate = timed(body, n)
-    loop.close()
-    return rate
+        return timed(body, n)
 
 
 def aio_repeat(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
-    loop = make()
-    count = [0]
+    with contextlib.closing(make()) as loop:
+        count = [0]
 
-    def cb() -> None:
-        count[0] += 1
-        if count[0] == n:
-            loop.stop()
-        else:
+        def cb() -> None:
+            count[0] += 1
+            if count[0] == n:
+                loop.stop()
+            else:
+                loop.call_later(0, cb)
+
+        def body() -> None:
             loop.call_later(0, cb)
+            loop.run_forever()
 
-    def body() -> None:
-        loop.call_later(0, cb)
-        loop.run_forever()
-
-    rate = timed(body, n)
-    loop.close()
-    return rate
+        return timed(body, n)
 
 
 def aio_register(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
-    loop = make()
-    a, b = socket.socketpair()
+    with socket_pairs(1) as [(a, _)], contextlib.closing(make()) as loop:
 
-    def cb() -> None:
-        pass
+        def cb() -> None:
+            pass
 
-    def body() -> None:
-        for _ in range(n):
-            loop.add_reader(a, cb)
-            loop.remove_reader(a)
+        def body() -> None:
+            for _ in range(n):
+                loop.add_reader(a, cb)
+                loop.remove_reader(a)
 
-    rate = timed(body, n)
-    loop.close()
-    a.close()
-    b.close()
-    return rate
+        return timed(body, n)
 
 
 def aio_suspend(make: Callable[[], asyncio.AbstractEventLoop], n: int) -> float:
-    loop = make()
+    with contextlib.closing(make()) as loop:
 
-    async def main() -> None:
-        for _ in range(n):
-            future = loop.create_future()
-            loop.call_soon(future.set_result, None)
-            await future
+        async def main() -> None:
+            for _ in range(n):
+                future = loop.create_future()
+                loop.call_soon(future.set_result, None)
+                await future
 
-    rate = timed(lambda: loop.run_until_complete(main()), n)
-    loop.close()
-    return rate
+        return timed(lambda: loop.run_until_complete(main()), n)
 
 
 def aio_round_trips(make: Callable[[], asyncio.AbstractEventLoop], n: int, idle: int) -> float:
-    loop = make()
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    idles = [socket.socketpair() for _ in range(idle)]
-    for x, _ in idles:
-        loop.add_reader(x, lambda: None)
-    count = [0]
+    with socket_pairs(1 + idle) as [(a, b), *idles], contextlib.closing(make()) as loop:
+        a.setblocking(False)
+        b.setblocking(False)
+        for x, _ in idles:
+            loop.add_reader(x, lambda: None)
+        echo, pong = ping_pong(a, b, n, loop.stop)
+        loop.add_reader(b, echo)
+        loop.add_reader(a, pong)
+        loop.call_soon(loop.stop)
+        loop.run_forever()  # warm-up, as for the drivers
 
-    def echo() -> None:
-        b.send(b.recv(16))
-
-    def pong() -> None:
-        a.recv(16)
-        count[0] += 1
-        if count[0] == n:
-            loop.stop()
-        else:
+        def body() -> None:
             a.send(b"x")
+            loop.run_forever()
 
-    loop.add_reader(b, echo)
-    loop.add_reader(a, pong)
-    loop.call_soon(loop.stop)
-    loop.run_forever()  # warm-up, as for the drivers
-
-    def body() -> None:
-        a.send(b"x")
-        loop.run_forever()
-
-    rate = timed(body, n)
-    loop.close()
-    for x, y in [*idles, (a, b)]:
-        x.close()
-        y.close()
-    return rate
+        return timed(body, n)
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -295,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         ("I/O register+cancel", lambda m: loop_register(m, n), lambda m: aio_register(m, n)),
         ("suspend/resume", lambda m: loop_suspend(m, n), lambda m: aio_suspend(m, n)),
     ]
+
     def trips_row(idle: int) -> tuple[str, Callable[[Any], float], Callable[[Any], float]]:
         return (
             f"round trips, {idle} idle",

@@ -28,10 +28,11 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.soak import loops  # noqa: E402
 from benchmarks.soak.common import Outcome  # noqa: E402
 from benchmarks.soak.context import ContextTarget, context_targets, run_context_target  # noqa: E402
-from benchmarks.soak.loops import LoopTarget, run_loop_target  # noqa: E402
+from benchmarks.soak.loops import LoopTarget  # noqa: E402
+from benchmarks.soak.traffic import run_traffic_target  # noqa: E402
 
 import iopoll  # noqa: E402
-from _iopoll_core.watcher import REMOVED  # noqa: E402
+from broken import returns_closed  # noqa: E402
 from iopoll.loop import CallbackType, InvalidCallbackError, IoPollDriver  # noqa: E402
 
 # Seconds per target in the slow tests: 7 x 8 + 8 x 6 = 104 s of soaking, plus start-up and
@@ -57,6 +58,11 @@ def soak(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def soak_for(seconds: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``soak(*args)`` for ``seconds`` per target, with the seed ``SEED``."""
+    return soak(*args, "--seconds", str(seconds), "--seed", str(SEED))
+
+
 def assert_passed(result: subprocess.CompletedProcess[str]) -> None:
     summaries = [line for line in result.stdout.splitlines() if ": " in line]
     assert len(summaries) == 1, result.stdout + result.stderr
@@ -71,41 +77,19 @@ CONTEXT_TARGETS = [
 ]
 
 
-# A known EPOLL bug, not fixed yet: under max_events with leftovers (TLS buffered bytes,
-# a rebuild), a level watcher can miss its turn in a rotation.  The walk skips the two
-# max_events operations on EPOLL; test_the_epoll_rotation_bug_replays holds the bug.
-KNOWN_BUG_SKIPS = {"EPOLL": ["--skip", "rotate,wait_k"]}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("impl", "backend"), CONTEXT_TARGETS)
 def test_context_soak(impl: str, backend: str) -> None:
-    assert_passed(
-        soak(
-            "context",
-            "--impl",
-            impl,
-            "--backend",
-            backend,
-            "--seconds",
-            str(CONTEXT_SECONDS),
-            "--seed",
-            str(SEED),
-            *KNOWN_BUG_SKIPS.get(backend, []),
-        )
-    )
+    assert_passed(soak_for(CONTEXT_SECONDS, "context", "--impl", impl, "--backend", backend))
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not iopoll.Backend.EPOLL.is_available(), reason="EPOLL only")
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: on EPOLL a level watcher can miss its turn in a max_events rotation "
-    "once leftovers exist (seed 2026, step 2424)",
-)
-def test_the_epoll_rotation_bug_replays() -> None:
+@pytest.mark.parametrize("impl", ["iopoll", "pure"])
+def test_the_epoll_rotation_walk_replays_clean(impl: str) -> None:
+    """The walk that found finding 2 of docs/reliability.md (on EPOLL a level watcher left
+    out by max_events lost its turn once leftovers existed): it stopped at step 2424."""
     assert_passed(
-        soak("context", "--impl", "pure", "--backend", "EPOLL", "--seed", "2026", "--steps", "2424")
+        soak("context", "--impl", impl, "--backend", "EPOLL", "--seed", "2026", "--steps", "2424")
     )
 
 
@@ -122,16 +106,13 @@ LOOP_TARGETS = [
 @pytest.mark.parametrize(("driver", "backend"), LOOP_TARGETS)
 def test_loop_soak(driver: str, backend: str) -> None:
     assert_passed(
-        soak(
+        soak_for(
+            TRAFFIC_SECONDS,
             "loop",
             "--driver",
             driver,
             "--backend",
             backend,
-            "--seconds",
-            str(TRAFFIC_SECONDS),
-            "--seed",
-            str(SEED),
             "--connections",
             str(CONNECTIONS),
         )
@@ -145,17 +126,7 @@ AIO_TARGETS = ["AUTO", *(b.name for b in iopoll.Backend.available_backends())]
 @pytest.mark.parametrize("backend", AIO_TARGETS)
 def test_aio_soak(backend: str) -> None:
     assert_passed(
-        soak(
-            "aio",
-            "--backend",
-            backend,
-            "--seconds",
-            str(TRAFFIC_SECONDS),
-            "--seed",
-            str(SEED),
-            "--connections",
-            str(CONNECTIONS),
-        )
+        soak_for(TRAFFIC_SECONDS, "aio", "--backend", backend, "--connections", str(CONNECTIONS))
     )
 
 
@@ -185,30 +156,15 @@ class RepeatsOneShots(iopoll.Context):
         return ready
 
 
-class ReportsClosedStreams(iopoll.Context):
+class ReportsClosedStreams(returns_closed.Context):
     """``wait()`` (without ``max_events``) also returns the watchers whose stream was
-    closed, with ``HANGUP``."""
-
-    __slots__ = ("added",)
-
-    def __init__(self, backend: Any = iopoll.Backend.AUTO) -> None:
-        super().__init__(backend)
-        self.added: list[Any] = []
-
-    def add(self, handle: Any, events: Any, data: Any = None) -> Any:
-        watcher = super().add(handle, events, data)
-        self.added.append(watcher)
-        return watcher
+    closed, with ``HANGUP`` (the conformance suite's ``broken.returns_closed``)."""
 
     def wait(self, timeout: Any = None, microseconds: Any = 0, max_events: Any = None) -> Any:
-        ready = super().wait(timeout, microseconds, max_events)
         if max_events is not None:
-            return ready  # within max_events: the soak must catch it on the closed stream
-        for watcher in self.added:
-            if watcher._state != REMOVED and not watcher.handle.is_valid() and watcher not in ready:
-                watcher._triggered = iopoll.Event.HANGUP
-                ready.append(watcher)
-        return ready
+            # Unbroken within max_events: the soak must catch it on the closed stream.
+            return iopoll.Context.wait(self, timeout, microseconds, max_events)
+        return super().wait(timeout, microseconds, max_events)
 
 
 class CountsClosedStreams(iopoll.Context):
@@ -355,7 +311,7 @@ def test_the_loop_soak_catches_a_lost_cancel(monkeypatch: pytest.MonkeyPatch) ->
     # The forgotten stall watchdogs would keep run() going for their 30 s.
     monkeypatch.setattr(loops, "STALL_SECONDS", 1.0)
     target = LoopTarget("loop ForgetsCancelledTimers", ForgetsCancelledTimers, False)
-    outcome = run_loop_target(
+    outcome = run_traffic_target(
         target, seconds=1.0, seed=SEED, connections=20, total=60, progress=0, warmup=0
     )
     assert not outcome.ok, outcome.summary()

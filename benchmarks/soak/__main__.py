@@ -18,10 +18,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from .aio import aio_targets, run_aio_target
+from .aio import aio_targets
 from .common import FD_TOLERANCE, MEMORY_TOLERANCE, Outcome
 from .context import IMPLS, WARMUP_STEPS, context_targets, run_context_target
-from .loops import WARMUP_CONNECTIONS, loop_targets, run_loop_target
+from .loops import loop_targets
+from .traffic import WARMUP_CONNECTIONS, TrafficTarget, run_traffic_target
 
 __all__ = ["main"]
 
@@ -111,32 +112,24 @@ def plan_runs(args: argparse.Namespace) -> list[Callable[[], Outcome]]:
             )
             for target in context_targets(args.impl, args.backend)
         ]
-    warm = WARMUP_CONNECTIONS if args.warmup is None else args.warmup
-    traffic = {"connections": args.connections, "total": args.steps, "warmup": warm}
+    traffic_targets: list[TrafficTarget] = []
     if args.target in ("loop", "all"):
-        runs += [
-            functools.partial(
-                run_loop_target,
-                target,
-                seconds=seconds,
-                seed=seed,
-                progress=progress,
-                **traffic,
-            )
-            for target in loop_targets(args.driver, args.backend)
-        ]
+        traffic_targets += loop_targets(args.driver, args.backend)
     if args.target in ("aio", "all"):
-        runs += [
-            functools.partial(
-                run_aio_target,
-                target,
-                seconds=seconds,
-                seed=seed,
-                progress=progress,
-                **traffic,
-            )
-            for target in aio_targets(args.backend)
-        ]
+        traffic_targets += aio_targets(args.backend)
+    runs += [
+        functools.partial(
+            run_traffic_target,
+            target,
+            seconds=seconds,
+            seed=seed,
+            connections=args.connections,
+            total=args.steps,
+            progress=progress,
+            warmup=WARMUP_CONNECTIONS if args.warmup is None else args.warmup,
+        )
+        for target in traffic_targets
+    ]
     return runs
 
 

@@ -32,13 +32,12 @@ from typing import Any
 import iopoll
 import iopoll.aio
 
-from .common import OpLog, Outcome, Progress, Resources, Violation
-from .loops import HANG_SECONDS, SELECT_CONNECTIONS, STALL_SECONDS, raise_fd_limit
-from .traffic import ACK, HEADER, Ledger, Plan, Planner, linger_zero, tls_contexts
+from .common import Violation
+from .loops import HANG_SECONDS, STALL_SECONDS
+from .traffic import ACK, HEADER, Ledger, Plan, Traffic, linger_zero, tls_contexts
 
-__all__ = ["AioTarget", "aio_targets", "run_aio_target"]
+__all__ = ["AioTarget", "aio_targets"]
 
-WARMUP_CONNECTIONS = 40
 _READ_SIZE = 65_536
 
 
@@ -77,6 +76,18 @@ class AioTarget:
             f"--connections {connections}"
         )
 
+    def soak(self, traffic: Traffic) -> Ledger:
+        """Run one soak on a new loop, and return its ledger once checked."""
+        soak = AioSoak(traffic)
+        try:
+            self.run(soak.main())
+        except asyncio.TimeoutError:
+            raise Violation(
+                f"the connections were not all done {HANG_SECONDS:.0f} s after the soak's time"
+            ) from None
+        soak.ledger.check(traffic.planner.payload)
+        return soak.ledger
+
 
 def aio_targets(backend: str = "all") -> list[AioTarget]:
     """``iopoll.aio.run`` (``--backend AUTO`` or ``all``) and one ``IoPollSelector`` target
@@ -95,27 +106,19 @@ def aio_targets(backend: str = "all") -> list[AioTarget]:
 class AioSoak:
     """Servers, clients and the ledger of one asyncio soak."""
 
-    def __init__(
-        self,
-        planner: Planner,
-        connections: int,
-        seconds: float,
-        total: int | None,
-        log: OpLog,
-        progress: Progress | None,
-    ) -> None:
-        self.planner = planner
+    def __init__(self, traffic: Traffic) -> None:
+        self.planner = traffic.planner
         self.ledger = Ledger()
-        self.connections = connections
-        self.seconds = seconds
-        self.total = total
-        self.log = log
-        self.progress = progress
+        self.connections = traffic.connections
+        self.seconds = traffic.seconds
+        self.total = traffic.total
+        self.log = traffic.log
+        self.progress = traffic.progress
         self.server_tls, self.client_tls = tls_contexts()
         self.ports: dict[bool, int] = {}
         self.finished_sides: dict[int, int] = {}
         self.handlers: set[asyncio.Task[None]] = set()
-        self.rng = random.Random(planner.rng.random())
+        self.rng = random.Random(self.planner.rng.random())
 
     async def main(self) -> None:
         """Serve, spawn clients while there is time, then wait for every task."""
@@ -301,63 +304,3 @@ class AioSoak:
                 await writer.wait_closed()
             if plan is not None:
                 self.side_done(plan, client=False)
-
-
-def run_aio_target(
-    target: AioTarget,
-    *,
-    seconds: float,
-    seed: int,
-    connections: int,
-    total: int | None = None,
-    progress: float = 5.0,
-    warmup: int = WARMUP_CONNECTIONS,
-) -> Outcome:
-    """Soak one asyncio target; see the module docstring for what is checked."""
-    if target.select_limit:
-        connections = min(connections, SELECT_CONNECTIONS)
-    raise_fd_limit(connections * 2 + 256)
-    outcome = Outcome(target.name, seed, unit="connections")
-    resources = Resources()
-    resources.start()
-    log = OpLog()
-    try:
-        if warmup:
-            warm = Planner(seed ^ 0x5EED)
-            soak = AioSoak(warm, warmup, 30.0, warmup, OpLog(), None)
-            target.run(soak.main())
-            del soak, warm
-        resources.mark()
-        planner = Planner(seed)
-        started = time.monotonic()
-        soak = AioSoak(planner, connections, seconds, total, log, Progress(target.name, progress))
-        try:
-            try:
-                target.run(soak.main())
-            except asyncio.TimeoutError:
-                raise Violation(
-                    f"the connections were not all done {HANG_SECONDS:.0f} s after the soak's time"
-                ) from None
-            soak.ledger.check(planner.payload)
-            ledger = soak.ledger
-            outcome.steps = len(ledger.plans)
-            outcome.counts = {
-                "bytes_checked": ledger.bytes_checked,
-                "callbacks": len(ledger.one_time),
-                "resets": sum(plan.mode == "reset" for plan in ledger.plans.values()),
-                "tls": sum(plan.tls for plan in ledger.plans.values()),
-            }
-            del ledger  # the soak's own records are not the loop's memory
-        except Violation as violation:
-            outcome.violation = str(violation)
-            outcome.model_bug = violation.model_bug
-            outcome.step = log.step
-            outcome.steps = planner.made
-            outcome.log = log.dump()
-            outcome.replay = target.replay(seed, connections)
-        outcome.seconds = time.monotonic() - started
-        del soak, planner
-        outcome.fd_delta, outcome.memory_delta = resources.deltas()
-    finally:
-        resources.stop()
-    return outcome

@@ -136,6 +136,16 @@ class Outcome:
     def ok(self) -> bool:
         return self.violation is None
 
+    def record(self, violation: Violation, log: OpLog, steps: int, replay: str) -> None:
+        """Record the violation that ended the run, at ``log``'s step: ``steps`` done by
+        then, the last operations, and the command that replays it."""
+        self.violation = str(violation)
+        self.model_bug = violation.model_bug
+        self.step = log.step
+        self.steps = steps
+        self.log = log.dump()
+        self.replay = replay
+
     def resources_ok(self) -> bool:
         """Whether fds and memory came back within the tolerances."""
         return self.fd_delta <= FD_TOLERANCE and self.memory_delta <= MEMORY_TOLERANCE

@@ -19,13 +19,11 @@ from __future__ import annotations
 import functools
 import os
 import random
-import signal
 import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -36,6 +34,7 @@ import iopoll_polyfill.fallback as polyfill
 from _iopoll_core.context import Context as _EngineContext
 from _iopoll_core.events import ErrorCode, Event
 from _iopoll_core.watcher import Watcher as _EngineWatcher
+from iopoll_conformance.process import alarm
 
 from .common import OpLog, Outcome, Progress, Resources, Violation
 from .model import Expectation, Model, SlotModel, WatcherModel
@@ -124,23 +123,6 @@ class SoakSignal(Exception):
 
 class SoakHang(Exception):
     """Raised by the watchdog alarm of a ``wait(None)`` that should have returned at once."""
-
-
-@contextmanager
-def alarm(handler: Callable[[int, Any], None], seconds: float) -> Iterator[None]:
-    """``SIGALRM`` to ``handler`` in ``seconds``; the previous handler and timer (pytest-timeout
-    uses one) are put back afterwards, the timer minus the time spent here."""
-    previous_handler = signal.signal(signal.SIGALRM, handler)
-    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay > 0:
-            left = max(previous_delay - (time.monotonic() - started), 0.001)
-            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
 
 
 class ContextWalk:
@@ -933,12 +915,7 @@ def run_context_target(
                     f"steps={step:,} waits={walk.model.waits:,} reports={walk.model.reports:,}"
                 )
         except Violation as violation:
-            outcome.violation = str(violation)
-            outcome.model_bug = violation.model_bug
-            outcome.step = log.step
-            outcome.steps = log.step
-            outcome.log = log.dump()
-            outcome.replay = target.replay(seed, log.step, skip)
+            outcome.record(violation, log, log.step, target.replay(seed, log.step, skip))
         finally:
             outcome.seconds = time.monotonic() - started
             outcome.waits = walk.model.waits

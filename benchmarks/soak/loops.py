@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import resource
 import socket
 import ssl
 import time
@@ -33,18 +32,15 @@ from typing import Any
 import iopoll
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
 
-from .common import OpLog, Outcome, Progress, Resources, Violation
-from .traffic import ACK, HEADER, Ledger, Plan, Planner, linger_zero, tls_contexts
+from .common import Violation
+from .traffic import ACK, HEADER, Ledger, Plan, Traffic, linger_zero, tls_contexts
 
-__all__ = ["LoopSoak", "LoopTarget", "loop_targets", "run_loop_target"]
+__all__ = ["LoopSoak", "LoopTarget", "loop_targets"]
 
 # A connection that has not finished after this long is a stall (a missed wake-up).
 STALL_SECONDS = 30.0
 # How far past its time a soak may run (finishing what is open) before it counts as hung.
 HANG_SECONDS = 60.0
-# select() cannot watch fds at or above FD_SETSIZE: two fds per connection, some headroom.
-SELECT_CONNECTIONS = 400
-WARMUP_CONNECTIONS = 40
 _WRITES_PER_CALLBACK = 8
 _READ_SIZE = 65_536
 
@@ -65,6 +61,19 @@ class LoopTarget:
             f"--connections {connections}"
         )
 
+    def soak(self, traffic: Traffic) -> Ledger:
+        """Run one soak on a new driver, and return its ledger once checked."""
+        driver = self.make()
+        soak = LoopSoak(driver, traffic)
+        try:
+            soak.run()
+            soak.ledger.check(traffic.planner.payload)
+        finally:
+            handle = driver.get_handle()
+            if hasattr(handle, "close"):
+                handle.close()
+        return soak.ledger
+
 
 def loop_targets(driver: str = "all", backend: str = "all") -> list[LoopTarget]:
     """``IoPollDriver`` on each backend named, and ``SelectorsDriver``."""
@@ -84,33 +93,17 @@ def loop_targets(driver: str = "all", backend: str = "all") -> list[LoopTarget]:
     return targets
 
 
-def raise_fd_limit(wanted: int) -> None:
-    """Let the process open ``wanted`` fds if the hard limit allows (soft limit only up)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        top = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
-
-
 class LoopSoak:
     """The listeners, clients and servers of one soak on one driver."""
 
-    def __init__(
-        self,
-        driver: Driver,
-        planner: Planner,
-        connections: int,
-        seconds: float,
-        total: int | None,
-        log: OpLog,
-    ) -> None:
+    def __init__(self, driver: Driver, traffic: Traffic) -> None:
         self.driver = driver
-        self.planner = planner
+        self.planner = traffic.planner
         self.ledger = Ledger()
-        self.connections = connections
-        self.deadline = time.monotonic() + seconds
-        self.total = total
-        self.log = log
+        self.connections = traffic.connections
+        self.deadline = time.monotonic() + traffic.seconds
+        self.total = traffic.total
+        self.log = traffic.log
         self.open = 0
         self.finished_sides: dict[int, int] = {}
         self.spawning = True
@@ -118,7 +111,7 @@ class LoopSoak:
         self.listeners: dict[bool, socket.socket] = {}
         self.listener_ids: list[str] = []
         self.guard_id = ""
-        self.progress: Progress | None = None
+        self.progress = traffic.progress
 
     # -- registering callbacks through the ledger ----------------------------------------------
 
@@ -511,82 +504,3 @@ class Server:
             soak.side_done(self.plan.index, client=False)
         # Without a header it was a reset connection: an unreset one that never says which
         # it is never finishes, and the ledger reports it.
-
-
-def run_loop_target(
-    target: LoopTarget,
-    *,
-    seconds: float,
-    seed: int,
-    connections: int,
-    total: int | None = None,
-    progress: float = 5.0,
-    warmup: int = WARMUP_CONNECTIONS,
-) -> Outcome:
-    """Soak one driver; see the module docstring for what is checked."""
-    if target.select_limit:
-        connections = min(connections, SELECT_CONNECTIONS)
-    raise_fd_limit(connections * 2 + 256)
-    outcome = Outcome(target.name, seed, unit="connections")
-    resources = Resources()
-    resources.start()
-    log = OpLog()
-    try:
-        if warmup:
-            _soak_once(target, Planner(seed ^ 0x5EED), warmup, 30.0, warmup, OpLog(), None)
-        resources.mark()
-        planner = Planner(seed)
-        started = time.monotonic()
-        try:
-            ledger = _soak_once(
-                target,
-                planner,
-                connections,
-                seconds,
-                total,
-                log,
-                Progress(target.name, progress),
-            )
-            outcome.steps = len(ledger.plans)
-            outcome.counts = {
-                "bytes_checked": ledger.bytes_checked,
-                "callbacks": len(ledger.one_time | ledger.cancelled),
-                "resets": sum(plan.mode == "reset" for plan in ledger.plans.values()),
-                "tls": sum(plan.tls for plan in ledger.plans.values()),
-            }
-            del ledger  # the soak's own records are not the loop's memory
-        except Violation as violation:
-            outcome.violation = str(violation)
-            outcome.model_bug = violation.model_bug
-            outcome.step = log.step
-            outcome.steps = planner.made
-            outcome.log = log.dump()
-            outcome.replay = target.replay(seed, connections)
-        outcome.seconds = time.monotonic() - started
-        del planner
-        outcome.fd_delta, outcome.memory_delta = resources.deltas()
-    finally:
-        resources.stop()
-    return outcome
-
-
-def _soak_once(
-    target: LoopTarget,
-    planner: Planner,
-    connections: int,
-    seconds: float,
-    total: int | None,
-    log: OpLog,
-    progress: Progress | None,
-) -> Ledger:
-    driver = target.make()
-    soak = LoopSoak(driver, planner, connections, seconds, total, log)
-    soak.progress = progress
-    try:
-        soak.run()
-        soak.ledger.check(planner.payload)
-    finally:
-        handle = driver.get_handle()
-        if hasattr(handle, "close"):
-            handle.close()
-    return soak.ledger

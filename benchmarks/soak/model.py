@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,16 +228,21 @@ class Model:
 
     # -- verdicts -------------------------------------------------------------------------------
 
+    def ready_sure(self, model: WatcherModel, readable_sure: Callable[[], bool]) -> bool:
+        """The slot is ready for the watcher's events for sure, ``readable_sure`` saying
+        whether it is readable (the fd itself, or with TLS buffered bytes counted)."""
+        if model.reads and readable_sure():
+            return True
+        if model.writes and model.slot.writable_sure():
+            return True
+        return model.slot.hangup_sure(self.select_semantics)
+
     def fd_ready_sure(self, model: WatcherModel) -> bool:
         """The fd is ready for the watcher's events for sure (what epoll's edge sees)."""
         slot = model.slot
         if slot.unsure or not slot.local_open:
             return False
-        if model.reads and slot.fd_readable_sure():
-            return True
-        if model.writes and slot.writable_sure():
-            return True
-        return slot.hangup_sure(self.select_semantics)
+        return self.ready_sure(model, slot.fd_readable_sure)
 
     def must(self, model: WatcherModel) -> bool:
         """Whether ``wait()`` has to report this watcher now."""
@@ -246,14 +252,9 @@ class Model:
             # epoll re-polls a queued item before reporting it: an edge whose fd is no
             # longer ready (drained since) is dropped, so it is owed only while ready.
             return model.edge_due and self.fd_ready_sure(model)
-        slot = model.slot
-        if slot.unsure:
+        if model.slot.unsure:
             return False
-        if model.reads and slot.readable_sure():
-            return True
-        if model.writes and slot.writable_sure():
-            return True
-        return slot.hangup_sure(self.select_semantics)
+        return self.ready_sure(model, model.slot.readable_sure)
 
     def may(self, model: WatcherModel) -> bool:
         """Whether ``wait()`` may report this watcher now."""

@@ -1,6 +1,6 @@
 """What the loop and aio soaks send: a seeded plan per connection, the bytes it carries, and
 the ledger that checks, at the end, that every byte arrived and every callback ran or was
-cancelled.
+cancelled; and ``run_traffic_target``, the run both soaks share (warm-up, baseline, report).
 
 Each connection starts with a header (its index, how many bytes follow, how it ends), so the
 server knows what to expect.  Endings:
@@ -18,27 +18,39 @@ TLS connections use ``close``, ``ack`` or ``reset`` (TLS has no half-close).
 from __future__ import annotations
 
 import random
+import resource
 import socket
 import ssl
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from iopoll_conformance.support import TLS_CERT, TLS_KEY
 
-from .common import Violation
+from .common import OpLog, Outcome, Progress, Resources, Violation
 
 __all__ = [
     "ACK",
     "HEADER",
     "MODES",
+    "SELECT_CONNECTIONS",
+    "WARMUP_CONNECTIONS",
     "Ledger",
     "Plan",
     "Planner",
+    "Traffic",
+    "TrafficTarget",
     "linger_zero",
+    "raise_fd_limit",
+    "run_traffic_target",
     "tls_contexts",
 ]
 
+# select() cannot watch fds at or above FD_SETSIZE: two fds per connection, some headroom.
+SELECT_CONNECTIONS = 400
+WARMUP_CONNECTIONS = 40
 HEADER = struct.Struct("!IQB")  # index, size, mode
 ACK = struct.Struct("!QI")  # bytes read, their CRC-32
 MODES = ("close", "half", "ack", "reset")
@@ -190,3 +202,98 @@ def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.load_verify_locations(TLS_CERT)
     return server, client
+
+
+def raise_fd_limit(wanted: int) -> None:
+    """Let the process open ``wanted`` fds if the hard limit allows (soft limit only up)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        top = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+
+
+@dataclass
+class Traffic:
+    """What one soak of a loop or aio target runs: its plans, how many connections it keeps
+    open at once, for how long (or how many connections in all), and where it logs."""
+
+    planner: Planner
+    connections: int
+    seconds: float
+    total: int | None = None  # no limit: connections until the time is up
+    log: OpLog = field(default_factory=OpLog)
+    progress: Progress | None = None
+
+
+class TrafficTarget(Protocol):
+    """A loop or aio target (``LoopTarget``, ``AioTarget``): what ``run_traffic_target``
+    needs of it."""
+
+    @property
+    def name(self) -> str:
+        """What its summary line starts with."""
+        ...
+
+    @property
+    def select_limit(self) -> bool:
+        """Whether its fds must stay below ``FD_SETSIZE``."""
+        ...
+
+    def replay(self, seed: int, connections: int) -> str:
+        """The command line that replays a soak of this target."""
+        ...
+
+    def soak(self, traffic: Traffic) -> Ledger:
+        """Run one soak on a new loop, and return its ledger once checked."""
+        ...
+
+
+def run_traffic_target(
+    target: TrafficTarget,
+    *,
+    seconds: float,
+    seed: int,
+    connections: int,
+    total: int | None = None,
+    progress: float = 5.0,
+    warmup: int = WARMUP_CONNECTIONS,
+) -> Outcome:
+    """Soak one loop or aio target; see :mod:`.loops` and :mod:`.aio` for what is checked.
+
+    A warm-up soak (another seed) runs first, so that what is cached on first use is in the
+    fd and memory baseline; the soak then starts from that baseline and must end there.
+    """
+    if target.select_limit:
+        connections = min(connections, SELECT_CONNECTIONS)
+    raise_fd_limit(connections * 2 + 256)
+    outcome = Outcome(target.name, seed, unit="connections")
+    resources = Resources()
+    resources.start()
+    log = OpLog()
+    try:
+        if warmup:
+            target.soak(Traffic(Planner(seed ^ 0x5EED), warmup, 30.0, total=warmup))
+        resources.mark()
+        planner = Planner(seed)
+        started = time.monotonic()
+        try:
+            ledger = target.soak(
+                Traffic(planner, connections, seconds, total, log, Progress(target.name, progress))
+            )
+            outcome.steps = len(ledger.plans)
+            outcome.counts = {
+                "bytes_checked": ledger.bytes_checked,
+                # Every defer/delay made, and the I/O callbacks cancelled (aio has none).
+                "callbacks": len(ledger.one_time | ledger.cancelled),
+                "resets": sum(plan.mode == "reset" for plan in ledger.plans.values()),
+                "tls": sum(plan.tls for plan in ledger.plans.values()),
+            }
+            del ledger  # the soak's own records are not the loop's memory
+        except Violation as violation:
+            outcome.record(violation, log, planner.made, target.replay(seed, connections))
+        outcome.seconds = time.monotonic() - started
+        del planner
+        outcome.fd_delta, outcome.memory_delta = resources.deltas()
+    finally:
+        resources.stop()
+    return outcome

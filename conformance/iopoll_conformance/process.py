@@ -15,14 +15,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any
-
-import pytest
+from typing import Any, NoReturn
 
 __all__ = ["SignalHandler", "alarm", "in_child"]
 
 SignalHandler = Callable[[int, "FrameType | None"], Any]
 """What ``signal.signal`` takes as a handler."""
+
+
+def _skip(reason: str) -> NoReturn:
+    # Imported here: the soak (benchmarks/soak) uses these helpers without pytest installed.
+    import pytest
+
+    pytest.skip(reason)
 
 
 @contextlib.contextmanager
@@ -34,9 +39,9 @@ def alarm(handler: SignalHandler, delay: float) -> Iterator[None]:
     back on exit, the timer shortened by the time spent here.
     """
     if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers can only be set in the main thread")
+        _skip("signal handlers can only be set in the main thread")
     if not hasattr(signal, "setitimer"):
-        pytest.skip("signal.setitimer is not available")
+        _skip("signal.setitimer is not available")
     previous_handler = signal.signal(signal.SIGALRM, handler)
     previous_timer = signal.setitimer(signal.ITIMER_REAL, delay)
     start = time.monotonic()
@@ -59,7 +64,7 @@ def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     where ``os.fork`` is missing.
     """
     if not hasattr(os, "fork"):
-        pytest.skip("os.fork is not available")
+        _skip("os.fork is not available")
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
