@@ -91,6 +91,15 @@ class TestKqueueIoPollSelector(_ScalableIoPollCases, unittest.TestCase):
     test_register_bad_fd = test_selectors.KqueueSelectorTestCase.test_register_bad_fd
 
 
+@unittest.skipUnless(_available("WSAPOLL"), "Backend.WSAPOLL is not available here")
+class TestWsapollIoPollSelector(_ScalableIoPollCases, unittest.TestCase):
+    """``BaseSelectorTestCase`` + ``ScalableSelectorMixIn`` on ``Backend.WSAPOLL`` (on POSIX
+    with ``IOPOLL_WSAPOLL_LIBC=1``: tests/test_wsapoll.py runs this class that way)."""
+
+    SELECTOR = _factory(Backend.WSAPOLL)
+    test_register_bad_fd = test_selectors.KqueueSelectorTestCase.test_register_bad_fd
+
+
 class TestSelectIoPollSelector(_IoPollCases, unittest.TestCase):  # type: ignore[misc]
     """``BaseSelectorTestCase`` on ``Backend.SELECT`` (FD_SETSIZE-limited: not scalable)."""
 

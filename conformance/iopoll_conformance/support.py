@@ -58,6 +58,16 @@ class Capabilities:
     float_timeouts: bool
     # Whether regular files and /dev/null can be added (always ready); EPOLL refuses them.
     regular_files: bool
+    # Whether only sockets can be added (SPEC 2: WSAPOLL refuses pipes, files, anything else
+    # with NOSUPPORT).  Stated by name, not probed: a probe would excuse any backend.
+    sockets_only: bool = False
+    # Where SPEC 6.7 is silent (KQUEUE: its read filter on a regular file is kqueue's):
+    # whether a regular file read to its end is still READ (POLL, SELECT), or READ only while
+    # its offset is before end of file (KQUEUE; WRITE stays always ready).
+    files_ready_at_eof: bool = True
+    # Whether a device the OS's kqueue cannot watch (/dev/null on FreeBSD) may be refused
+    # with FailedHandleAddError, code NOSUPPORT (KQUEUE), rather than be always ready.
+    devices_may_be_refused: bool = False
 
     @classmethod
     def discover(cls, api: ModuleType, backend: Any) -> Capabilities:
@@ -79,7 +89,10 @@ class Capabilities:
             ),
             select_semantics=backend.name == "SELECT",
             float_timeouts=float_timeouts,
-            regular_files=backend.name != "EPOLL",
+            regular_files=backend.name not in ("EPOLL", "WSAPOLL"),
+            sockets_only=backend.name == "WSAPOLL",
+            files_ready_at_eof=backend.name != "KQUEUE",
+            devices_may_be_refused=backend.name == "KQUEUE",
         )
 
 

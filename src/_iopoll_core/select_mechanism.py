@@ -40,6 +40,7 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from .errors import Refusal, raised_by_backend
@@ -48,19 +49,22 @@ from .mechanism import Mechanism
 
 __all__ = ["FD_SETSIZE", "SelectMechanism"]
 
-if sys.platform == "win32":  # every fd select() takes is a socket: peek instead of FIONREAD
+_ioctl: Callable[[int, int, bytearray], int]
+try:  # count the bytes waiting on a socket or pipe without making a socket object
+    import fcntl
+    import termios
+except ImportError:  # Windows: every fd select() takes is a socket: peek instead of FIONREAD
     _FIONREAD = 0
 
-    def _ioctl(fd: int, request: int, buffer: bytearray) -> int:
-        raise OSError(errno.ENOSYS, "ioctl() is not available on Windows")
+    def _no_ioctl(fd: int, request: int, buffer: bytearray) -> int:
+        raise OSError(errno.ENOSYS, "ioctl() is not available here")
+
+    _ioctl = _no_ioctl
 
     def _is_write_end(fd: int) -> bool:
         return False
 
-else:  # count the bytes waiting on a socket or pipe without making a socket object
-    import fcntl
-    import termios
-
+else:
     _FIONREAD = termios.FIONREAD
     _ioctl = fcntl.ioctl
 

@@ -1,25 +1,71 @@
 """The ``KQUEUE`` backend (macOS, BSD): translation between kevents and ``Event``.
 
-kqueue watches reading and writing as two filters of one fd, so this module adds and
-deletes filters as the watched events change, and merges the two reports of one fd into
-one entry.  ``EV_EOF`` on either filter is ``HANGUP``; an error in ``fflags`` with it, or
-``EV_ERROR``, is ``ERROR``.  ``EV_CLEAR`` gives edge-triggering.  One-shot is left to the
-Context (deleting the filters disarms it), so that a report cut by ``max_events`` is
-never lost.
+kqueue watches reading and writing as two filters of one fd (``EVFILT_READ``,
+``EVFILT_WRITE``), so this module adds and deletes filters as the watched events change, and
+merges the two reports of one fd into one entry.  ``EV_CLEAR`` gives edge-triggering.
+One-shot is left to the Context (deleting the filters disarms it), so that a report cut by
+``max_events`` is never lost.
 
-The translation functions take and return plain ints so that they can be unit-tested on
-platforms without ``select.kqueue``; the constants fall back to their BSD values there.
+What a kevent means depends on the kind of file (``fstat`` at ``register``), and the rules
+below are chosen to report what epoll and poll(2) report for the same state:
+
+* **Switching level <-> edge.**  BSD reads a knote's flags only when it creates it: an
+  ``EV_ADD`` with or without ``EV_CLEAR`` on an existing filter keeps the old mode.  When
+  the mode of a filter changes, it is deleted and added again.
+* **Sockets: half-close and hang-up.**  ``EV_EOF`` on the *read* filter means the peer will
+  send nothing more: a half-close (``shutdown(SHUT_WR)``) or a full close look the same
+  there.  So it is ``READ`` plus ``READ_HANGUP`` (which this backend supports, SPEC 2: "from
+  ``EV_EOF`` on the read filter"), and ``HANGUP`` only once writing is over too: ``EV_EOF``
+  on the *write* filter, which a watcher asking for ``WRITE`` has anyway, and which is
+  probed once (an ``EV_ONESHOT`` write filter on a second kqueue) for a watcher that does
+  not.  That is epoll's ``EPOLLHUP``: both directions shut.  An error in ``fflags`` with
+  ``EV_EOF`` (a reset, a refused connect) is ``ERROR|HANGUP``.
+* **READ_HANGUP without READ.**  A level read filter fires while bytes are unread, which
+  such a watcher does not want reported: it would make every ``wait()`` return at once with
+  nothing.  Its read filter is added with ``EV_CLEAR`` instead, and once it reported end of
+  file (which never goes away) the fd is reported on every ``wait()``, as level asks.
+* **Pipes, FIFOs, terminals.**  ``EV_EOF`` on the read filter means the writer is gone:
+  ``HANGUP``, with ``READ`` only while bytes are left (``data > 0``), as poll(2) says.
+  ``EV_EOF`` on the write filter means the reader is gone and a write fails with
+  ``EPIPE``: ``WRITE|ERROR``, no ``HANGUP`` (poll's ``POLLOUT|POLLERR``).
+* **Regular files** (SPEC 6.7 is silent on ``KQUEUE``; the rule is stated in
+  ``docs/testing-your-backend.md`` and held by the conformance suite): accepted.  ``WRITE``
+  is always ready; ``READ`` is ready while the file offset is before end of file, which is
+  what kqueue's read filter on a vnode says (``data`` is the bytes left).  **Devices**
+  the OS's kqueue cannot watch (``ENODEV``, FreeBSD's ``/dev/null``) are
+  ``FailedHandleAddError`` with ``NOSUPPORT``.
+* ``EV_ERROR`` (a change that failed, reported in the event list) is ``ERROR``.
+
+kqueue drops a closed fd's filters itself, so nothing can go stale (``unregister`` is always
+True).  The translation functions take and return plain ints so that they can be
+unit-tested on platforms without ``select.kqueue``; the constants fall back to their BSD
+values there.  ``select.kqueue`` and ``select.kevent`` are looked up when a mechanism is
+made, not at import.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import select
+import stat
+import time
 from typing import Any, ClassVar
 
-from _iopoll_core.events import DecodeTable, Event, decode_table
+from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table
 from _iopoll_core.mechanism import Mechanism
 
-__all__ = ["KqueueMechanism", "filter_changes", "readiness", "merge_kevents"]
+__all__ = [
+    "KqueueMechanism",
+    "FILE",
+    "OTHER",
+    "SOCKET",
+    "filter_changes",
+    "file_kind",
+    "merge_kevents",
+    "readiness",
+    "report",
+]
 
 # Typed loosely: the type checker may run on a platform whose select module lacks kqueue.
 _select: Any = select
@@ -29,72 +75,153 @@ FILTER_WRITE = getattr(select, "KQ_FILTER_WRITE", -2)
 EV_ADD = getattr(select, "KQ_EV_ADD", 0x0001)
 EV_DELETE = getattr(select, "KQ_EV_DELETE", 0x0002)
 EV_ENABLE = getattr(select, "KQ_EV_ENABLE", 0x0004)
+EV_ONESHOT = getattr(select, "KQ_EV_ONESHOT", 0x0010)
 EV_CLEAR = getattr(select, "KQ_EV_CLEAR", 0x0020)
 EV_ERROR = getattr(select, "KQ_EV_ERROR", 0x4000)
 EV_EOF = getattr(select, "KQ_EV_EOF", 0x8000)
+
+# The kinds of file whose kevents mean different things.
+SOCKET, FILE, OTHER = 0, 1, 2
 
 _READ = Event.READ.value
 _WRITE = Event.WRITE.value
 _ERROR = Event.ERROR.value
 _HANGUP = Event.HANGUP.value
+_READ_HANGUP = Event.READ_HANGUP.value
+_EDGE = Event.EDGE_TRIGGERED.value
+# What a registration keeps of the watched events.
+_KEPT = _READ | _WRITE | _READ_HANGUP | _EDGE
+# Internal only, never returned: the read filter said end of file.
+READ_EOF = 1 << 24
+
+
+def file_kind(mode: int) -> int:
+    """``SOCKET``, ``FILE`` (regular) or ``OTHER`` (pipe, FIFO, device) for an ``st_mode``."""
+    if stat.S_ISSOCK(mode):
+        return SOCKET
+    if stat.S_ISREG(mode):
+        return FILE
+    return OTHER
+
+
+def _filters(events: int) -> dict[int, bool]:
+    """The filters ``events`` needs, each with whether it is added with ``EV_CLEAR``."""
+    wanted: dict[int, bool] = {}
+    if events & (_READ | _READ_HANGUP):
+        # READ_HANGUP alone: edge, so that unread bytes do not fire it on every wait.
+        wanted[FILTER_READ] = bool(events & _EDGE or not events & _READ)
+    if events & _WRITE:
+        wanted[FILTER_WRITE] = bool(events & _EDGE)
+    return wanted
 
 
 def filter_changes(old_events: int, new_events: int) -> list[tuple[int, int]]:
     """The ``(filter, flags)`` changes that take an fd from ``old_events`` to ``new_events``.
 
-    ``old_events`` is 0 for a new or disarmed fd.
+    ``old_events`` is 0 for a new or disarmed fd.  A filter that stays is added again (which
+    makes kqueue look at the fd again, as ``EPOLL_CTL_MOD`` does); one whose mode changes
+    is deleted first, as kqueue keeps a knote's ``EV_CLEAR`` from its creation.
     """
+    old, new = _filters(old_events), _filters(new_events)
     changes = []
-    for event, kfilter in ((_READ, FILTER_READ), (_WRITE, FILTER_WRITE)):
-        if new_events & event:
-            flags = EV_ADD | EV_ENABLE
-            if new_events & Event.EDGE_TRIGGERED:
-                flags |= EV_CLEAR
-            changes.append((kfilter, flags))
-        elif old_events & event:
+    for kfilter in (FILTER_READ, FILTER_WRITE):
+        if kfilter in new:
+            if kfilter in old and old[kfilter] != new[kfilter]:
+                changes.append((kfilter, EV_DELETE))
+            changes.append((kfilter, EV_ADD | EV_ENABLE | (EV_CLEAR if new[kfilter] else 0)))
+        elif kfilter in old:
             changes.append((kfilter, EV_DELETE))
     return changes
 
 
-def readiness(kfilter: int, flags: int, fflags: int) -> int:
-    """The ``Event`` bits one returned kevent stands for."""
+def readiness(kfilter: int, flags: int, fflags: int, data: int = 0, kind: int = SOCKET) -> int:
+    """The raw bits one returned kevent stands for (``READ_EOF`` included; see ``report``).
+
+    ``data`` is the kevent's (bytes readable, for the read filter); ``kind`` the file's.
+    """
     if flags & EV_ERROR:
         return _ERROR
-    bits = _READ if kfilter == FILTER_READ else _WRITE if kfilter == FILTER_WRITE else 0
-    if flags & EV_EOF:
-        bits |= _HANGUP
-        if fflags:  # the socket error that ended the connection
-            bits |= _ERROR
-    return bits
+    if kfilter == FILTER_READ:
+        if not flags & EV_EOF:
+            return _READ
+        if fflags:  # the socket error that ended the connection: both directions are over
+            return READ_EOF | _READ | _READ_HANGUP | _ERROR | _HANGUP
+        if kind == SOCKET:  # the peer sends no more; HANGUP only once writing is over too
+            return READ_EOF | _READ | _READ_HANGUP
+        # A pipe or FIFO whose writer is gone: READ only while bytes are left.
+        return READ_EOF | _HANGUP | (_READ if data > 0 else 0)
+    if kfilter == FILTER_WRITE:
+        if not flags & EV_EOF:
+            return _WRITE
+        if kind == SOCKET:
+            return _WRITE | _HANGUP | (_ERROR if fflags else 0)
+        return _WRITE | _ERROR  # the reader is gone: a write fails with EPIPE
+    return 0
 
 
-def merge_kevents(kevents: list[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
-    """Merge ``(ident, filter, flags, fflags)`` reports into one ``(fd, bits)`` per fd."""
+def merge_kevents(
+    kevents: list[tuple[int, int, int, int, int]], kinds: dict[int, int] | None = None
+) -> dict[int, int]:
+    """Merge ``(ident, filter, flags, fflags, data)`` reports into raw bits per fd, in the
+    order the fds first appear.  ``kinds`` gives each fd's kind (default ``SOCKET``)."""
+    kinds = kinds or {}
     merged: dict[int, int] = {}
-    for ident, kfilter, flags, fflags in kevents:
-        merged[ident] = merged.get(ident, 0) | readiness(kfilter, flags, fflags)
-    return list(merged.items())
+    for ident, kfilter, flags, fflags, data in kevents:
+        bits = readiness(kfilter, flags, fflags, data, kinds.get(ident, SOCKET))
+        merged[ident] = merged.get(ident, 0) | bits
+    return merged
+
+
+def report(bits: int, watched: int) -> int:
+    """What is reported of ``bits`` to a watcher of ``watched``: ``READ``, ``WRITE`` and
+    ``READ_HANGUP`` when asked, ``ERROR`` and ``HANGUP`` always (SPEC 6.2)."""
+    return bits & ((watched & (_READ | _WRITE | _READ_HANGUP)) | _ERROR | _HANGUP)
 
 
 class KqueueMechanism(Mechanism):
     """``select.kqueue``: O(ready) waits and edge-triggering (``EV_CLEAR``)."""
 
     supports_edge_triggering: ClassVar[bool] = True
+    supports_read_hangup: ClassVar[bool] = True
+    # A device kqueue cannot watch (FreeBSD's devfs: ENODEV) is a missing feature.
+    errno_codes: ClassVar[dict[int, ErrorCode]] = {errno.ENODEV: ErrorCode.NOSUPPORT}
     decode: ClassVar[DecodeTable] = decode_table(
-        [(bit.value, bit) for bit in (Event.READ, Event.WRITE, Event.ERROR, Event.HANGUP)]
+        [
+            (bit.value, bit)
+            for bit in (Event.READ, Event.WRITE, Event.ERROR, Event.HANGUP, Event.READ_HANGUP)
+        ]
     )
 
     def __init__(self) -> None:
         self._kqueue = _select.kqueue()
-        self._registered: dict[int, int] = {}  # fd -> Event bits its filters stand for
+        self._kevent = _select.kevent
+        self._registered: dict[int, int] = {}  # fd -> the watched events its filters serve
+        self._kinds: dict[int, int] = {}  # fd -> SOCKET, FILE or OTHER
+        # READ_HANGUP-only level watchers whose read side reported end of file -> its bits.
+        self._at_eof: dict[int, int] = {}
+        self._prober: Any = None  # a second kqueue, made on first use by _writing_over
 
     def _apply(self, fd: int, events: int) -> None:
-        changes = filter_changes(self._registered.get(fd, 0), events)
-        kevents = [_select.kevent(fd, kfilter, flags) for kfilter, flags in changes]
+        old = self._registered.get(fd, 0)
+        changes = filter_changes(old, events)
+        kevents = [self._kevent(fd, kfilter, flags) for kfilter, flags in changes]
         self._kqueue.control(kevents, 0, 0)
-        self._registered[fd] = events & (_READ | _WRITE | Event.EDGE_TRIGGERED)
+        if events:
+            self._registered[fd] = events & _KEPT
+        else:
+            self._registered.pop(fd, None)
+        if fd in self._at_eof and _filters(events).get(FILTER_READ) != _filters(old).get(
+            FILTER_READ
+        ):
+            del self._at_eof[fd]
 
     def register(self, fd: int, events: int) -> None:
+        try:
+            self._kinds[fd] = file_kind(os.fstat(fd).st_mode)
+        except OSError:
+            self._kinds[fd] = OTHER  # kevent() says what is wrong with the fd
+        self._registered.pop(fd, None)  # a new file on this number: no filter of its own yet
+        self._at_eof.pop(fd, None)
         self._apply(fd, events)
 
     def modify(self, fd: int, events: int) -> None:
@@ -107,15 +234,80 @@ class KqueueMechanism(Mechanism):
         except OSError:  # ENOENT (macOS) or EBADF (FreeBSD): already gone
             pass
         self._registered.pop(fd, None)
+        self._at_eof.pop(fd, None)
         return True
 
     def disarm(self, fd: int) -> None:
         self.unregister(fd)
 
     def poll(self, timeout: float, max_events: int) -> list[tuple[int, int]]:
+        # A kevent can mean nothing to report (bytes for a READ_HANGUP-only watcher): the
+        # wait then goes on for the time left, so that poll returns early only with reports.
+        deadline = time.monotonic() + timeout if timeout > 0 else timeout
+        while True:
+            reports, woken = self._poll_once(timeout, max_events)
+            if reports or not woken or timeout == 0:
+                return reports
+            if deadline > 0:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    return reports
+
+    def _poll_once(self, timeout: float, max_events: int) -> tuple[list[tuple[int, int]], bool]:
+        """One ``kevent()``: the reports, and whether any kevent came at all."""
+        # Two filters per fd: room for both reports of every fd asked for.
         batch = 2 * (len(self._registered) if max_events < 0 else max_events)
+        if self._at_eof:
+            timeout = 0.0  # some are ready without asking the OS
         kevents = self._kqueue.control(None, max(batch, 1), None if timeout < 0 else timeout)
-        return merge_kevents([(k.ident, k.filter, k.flags, k.fflags) for k in kevents])
+        merged = merge_kevents(
+            [(k.ident, k.filter, k.flags, k.fflags, k.data) for k in kevents], self._kinds
+        )
+        for fd, bits in self._at_eof.items():
+            merged[fd] = merged.get(fd, 0) | bits
+        reports = []
+        for fd, bits in merged.items():
+            watched = self._registered.get(fd)
+            if watched is None:  # no registration here: the Context decides what it is
+                reports.append((fd, report(bits, _READ | _WRITE)))
+                continue
+            if bits & READ_EOF:
+                if (
+                    self._kinds.get(fd) == SOCKET
+                    and not bits & _HANGUP
+                    and not watched & _WRITE
+                    and self._writing_over(fd)
+                ):
+                    bits |= _HANGUP
+                if _filters(watched).get(FILTER_READ) and not watched & (_READ | _EDGE):
+                    self._at_eof[fd] = bits & ~_HANGUP  # level: reported from now on
+            bits = report(bits, watched)
+            if bits:
+                reports.append((fd, bits))
+        return reports, bool(kevents)
+
+    def _writing_over(self, fd: int) -> bool:
+        """Whether writing on socket ``fd`` is over too (a hang-up, not a half-close).
+
+        Asked of a second kqueue with a one-shot write filter, for a watcher that has no
+        write filter of its own: its ``EV_EOF`` means both directions are shut.
+        """
+        if self._prober is None:
+            self._prober = _select.kqueue()
+        probe = self._kevent(fd, FILTER_WRITE, EV_ADD | EV_ONESHOT)
+        try:
+            found = self._prober.control([probe], 1, 0)
+        except OSError:
+            return False
+        if not found:  # not writable, so not at end of file either: take the filter back
+            try:
+                self._prober.control([self._kevent(fd, FILTER_WRITE, EV_DELETE)], 0, 0)
+            except OSError:
+                pass
+            return False
+        return bool(found[0].flags & EV_EOF)
 
     def close(self) -> None:
         self._kqueue.close()
+        if self._prober is not None:
+            self._prober.close()

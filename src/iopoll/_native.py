@@ -32,6 +32,12 @@ class Backend(BackendBase):
 
 def _native_mechanisms() -> dict[str, type[Mechanism]]:
     table: dict[str, type[Mechanism]] = {}
+    # Event ports: illumos and Solaris libc, through ctypes (src/iopoll/_event_ports.py).
+    if sys.platform.startswith(("sunos", "illumos", "solaris")):
+        from ._event_ports import EventPortsMechanism, event_ports_available
+
+        if event_ports_available():
+            table["EVENT_PORTS"] = EventPortsMechanism
     if hasattr(select, "poll") and sys.platform != "win32":
         from ._poll import PollMechanism
 
@@ -44,6 +50,12 @@ def _native_mechanisms() -> dict[str, type[Mechanism]]:
         from ._kqueue import KqueueMechanism
 
         table["KQUEUE"] = KqueueMechanism
+    # WSAPoll on Windows; on POSIX only with the testing switch IOPOLL_WSAPOLL_LIBC, which
+    # runs the same mechanism on libc poll() (src/iopoll/_wsapoll.py).
+    if sys.platform == "win32" or os.environ.get("IOPOLL_WSAPOLL_LIBC", "") not in ("", "0"):
+        from ._wsapoll import wsapoll_mechanism
+
+        table["WSAPOLL"] = wsapoll_mechanism()
     table["SELECT"] = SelectMechanism
     return table
 

@@ -152,8 +152,13 @@ class IoPollSelector(selectors.BaseSelector):
         self._watchers: dict[int, Watcher] = {}
         self._map = _SelectorMapping(self)
         self._closed = False
-        # epoll and poll take milliseconds: round up, so the wait lasts at least as asked.
-        self._round_up_to_ms = self._context.backend in (Backend.EPOLL, Backend.POLL)
+        # epoll, poll and WSAPoll take milliseconds: round up, so the wait lasts at least as
+        # asked.
+        self._round_up_to_ms = self._context.backend in (
+            Backend.EPOLL,
+            Backend.POLL,
+            Backend.WSAPOLL,
+        )
 
     @property
     def backend(self) -> Backend:

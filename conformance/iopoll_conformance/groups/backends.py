@@ -220,10 +220,10 @@ class BackendRules:
 
     def test_poll_backend_supportsPriority(self, api: ModuleType, backend: Any) -> None:
         """B.6, php-src poll_backend_supportsPriority.phpt, SPEC 2: never on KQUEUE or WSAPOLL,
-        always on EPOLL, on POLL everywhere but macOS."""
+        always on EPOLL and EVENT_PORTS, on POLL everywhere but macOS."""
         if backend.name in ("KQUEUE", "WSAPOLL"):
             assert backend.supports_priority() is False
-        elif backend.name == "EPOLL":
+        elif backend.name in ("EPOLL", "EVENT_PORTS"):
             assert backend.supports_priority() is True
         elif backend.name == "POLL":
             assert backend.supports_priority() is (sys.platform != "darwin")

@@ -106,7 +106,8 @@ class StrictExtraRules:
     def test_os_refusal_carries_its_errno(
         self, api: ModuleType, caps: Capabilities, ctx: Any, tmp_path: Path
     ) -> None:
-        """A refusal by the OS (epoll's EPERM for a regular file) keeps the errno.
+        """A refusal by the OS (epoll's EPERM for a regular file, WSAPOLL's ENOTSOCK) keeps
+        the errno.
 
         SPEC 1 says ``.errno`` is an int or None, not when it must be an int.
         """

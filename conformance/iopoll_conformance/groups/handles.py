@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ..support import poll_now, short_wait, socketpair
+from ..support import Capabilities, poll_now, short_wait, socketpair
 
 
 class _NoFileno:
@@ -51,12 +51,18 @@ class HandleRules:
             assert handle.is_valid() is True
 
     def test_spec_3_handle_on_pipe(
-        self, api: ModuleType, ctx: Any, pipe_files: tuple[Any, Any]
+        self, api: ModuleType, caps: Capabilities, ctx: Any, pipe_files: tuple[Any, Any]
     ) -> None:
-        """SPEC 3: a pipe file object is accepted and watched through its fd."""
+        """SPEC 3: a pipe file object is accepted and watched through its fd (by a backend
+        that watches pipes; a sockets-only one refuses it with NOSUPPORT, SPEC 2)."""
         reader, writer = pipe_files
         handle = api.StreamPollHandle(reader)
         assert handle.fileno() == reader.fileno()
+        if caps.sockets_only:
+            with pytest.raises(api.FailedHandleAddError) as error:
+                ctx.add(handle, api.Event.READ, "pipe")
+            assert error.value.code == api.ErrorCode.NOSUPPORT
+            return
         watcher = ctx.add(handle, api.Event.READ, "pipe")
         assert poll_now(ctx) == []
         writer.write(b"x")
