@@ -19,6 +19,7 @@ import ctypes
 import dataclasses
 import errno
 import os
+import re
 import select
 import socket
 import subprocess
@@ -570,3 +571,32 @@ def test_cpython_selector_tests_on_wsapoll() -> None:
         ]
     )
     assert " passed" in output and "deselected" in output, output
+
+
+@pytest.mark.slow
+def test_project_backend_tests_on_wsapoll() -> None:
+    """The project's tests parametrized on every backend, on WSAPOLL's code: the hidden
+    bookkeeping (retire, rebuild), the fast path (C and pure Python), the native internals
+    and fd exhaustion."""
+    output = _run(
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "WSAPOLL",
+            # Holds Linux to having no WSAPoll: the switch gives it one.
+            "--deselect",
+            "tests/test_native_internals.py::test_backends_this_platform_lacks_are_unavailable"
+            "[Backend.WSAPOLL]",
+            "test_hidden_bookkeeping.py",
+            "test_fast_path.py",
+            "test_native_internals.py",
+            "test_fd_exhaustion.py",
+        ]
+    )
+    passed = re.search(r"(\d+) passed", output)
+    assert passed is not None and int(passed.group(1)) >= 60, output
+    assert " failed" not in output, output
