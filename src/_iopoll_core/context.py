@@ -643,7 +643,7 @@ class Context(_Uncopyable):
     def _rebuild(self) -> Mechanism:
         """Replace the OS object with a fresh one holding only the live watchers.
 
-        The caller must not be able to tell (SPEC 4), which takes three steps:
+        The caller must not be able to tell (SPEC 4), which takes four steps:
 
         - epoll reports an edge-triggered fd that is ready when it is registered, an edge
           the watcher may have had reported already.  Edge watchers are registered first
@@ -654,6 +654,8 @@ class Context(_Uncopyable):
           its turn on the next call.  Both become leftovers, behind those already kept.
           An edge that arrives between the two reads reaches both objects and may be
           reported twice; none is lost.
+        - A one-shot the old object already fired, whose report a ``max_events`` cut keeps
+          in the leftovers, is left out of the fresh object, as a fired one-shot is.
         """
         old = self._usable
         assert old is not None
@@ -665,6 +667,10 @@ class Context(_Uncopyable):
             if not watcher._stream_open():
                 watcher._state = RETIRED
                 self._forget(fd)
+            elif watcher._oneshot and self._leftovers.get(fd) and old.disarms_reported_oneshots:
+                # The old object fired it (its report was cut by max_events and is kept):
+                # registered afresh it would fire a second time.  modify() re-registers it.
+                continue
             elif watcher._armed:
                 plain_edge = watcher._events & Event.EDGE_TRIGGERED and not watcher._oneshot
                 (edges if plain_edge else others).append(watcher)
