@@ -137,6 +137,21 @@ def test_read_hangup_alone_ignores_unread_bytes_without_spinning(
     assert [_reported(ctx), _reported(ctx, 0)] == [{"b": kq.Event.READ_HANGUP}] * 2
 
 
+def test_read_hangup_made_edge_after_end_of_file_is_reported_once(
+    kq: ModuleType, ctx: Any, pairs: Any
+) -> None:
+    """A level READ_HANGUP-only watcher at end of file, modified to EDGE_TRIGGERED: the end
+    of file it had already reported is no new edge, and it must not come out on every wait
+    (the level state kept for it outlived the change)."""
+    a, b = pairs()
+    watcher = ctx.add(b, kq.Event.READ_HANGUP, "b")
+    a.shutdown(socket.SHUT_WR)
+    assert _reported(ctx) == {"b": kq.Event.READ_HANGUP}
+    watcher.modify_events(kq.Event.READ_HANGUP | kq.Event.EDGE_TRIGGERED)
+    reports = [_reported(ctx, 0.05) for _ in range(3)]
+    assert reports.count({}) >= 2, reports  # at most the edge of arming it again
+
+
 def test_pipe_read_end_at_eof_is_hangup_then_read_only_while_bytes_are_left(
     kq: ModuleType, ctx: Any
 ) -> None:

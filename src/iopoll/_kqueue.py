@@ -104,6 +104,12 @@ def file_kind(mode: int) -> int:
     return OTHER
 
 
+def _level_read_hangup_only(events: int) -> bool:
+    """Whether ``events`` is a level ``READ_HANGUP`` watcher without ``READ``: its read filter
+    is added with ``EV_CLEAR``, so the mechanism itself keeps its end of file level."""
+    return bool(events & _READ_HANGUP) and not events & (_READ | _EDGE)
+
+
 def _filters(events: int) -> dict[int, bool]:
     """The filters ``events`` needs, each with whether it is added with ``EV_CLEAR``."""
     wanted: dict[int, bool] = {}
@@ -210,9 +216,7 @@ class KqueueMechanism(Mechanism):
             self._registered[fd] = events & _KEPT
         else:
             self._registered.pop(fd, None)
-        if fd in self._at_eof and _filters(events).get(FILTER_READ) != _filters(old).get(
-            FILTER_READ
-        ):
+        if fd in self._at_eof and not _level_read_hangup_only(events):
             del self._at_eof[fd]
 
     def register(self, fd: int, events: int) -> None:
@@ -279,7 +283,7 @@ class KqueueMechanism(Mechanism):
                     and self._writing_over(fd)
                 ):
                     bits |= _HANGUP
-                if _filters(watched).get(FILTER_READ) and not watched & (_READ | _EDGE):
+                if _level_read_hangup_only(watched):
                     self._at_eof[fd] = bits & ~_HANGUP  # level: reported from now on
             bits = report(bits, watched)
             if bits:
