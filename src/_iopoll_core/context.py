@@ -196,8 +196,6 @@ class Context(_Uncopyable):
                 )
             if isinstance(handle, int) and handle < 0:
                 raise ValueError(f"handle must be a file descriptor >= 0, not {handle}")
-            if isinstance(handle, int) and handle > MAX_FD:
-                raise self._beyond_any_fd(handle)
             handle = StreamPollHandle(handle)
         wanted = coerce_events(events)
         self._check_supported(mechanism, wanted, FailedHandleAddError)
