@@ -154,14 +154,15 @@ class PollFlags:
 
     def decode_table(self) -> DecodeTable:
         """Every combination of the reported bits but ``invalid`` -> ``Event``."""
-        pairs = [(bit, Event.READ) for bit in _single_bits(self.read)]
-        pairs += [(bit, Event.WRITE) for bit in _single_bits(self.write)]
-        pairs += [(self.error, Event.ERROR), (self.hangup, Event.HANGUP)]
-        return decode_table(pairs)
-
-
-def _single_bits(mask: int) -> list[int]:
-    return [1 << shift for shift in range(mask.bit_length()) if mask >> shift & 1]
+        # decode_table maps any subset that overlaps a mask: POLLIN's two bits need no split.
+        return decode_table(
+            [
+                (self.read, Event.READ),
+                (self.write, Event.WRITE),
+                (self.error, Event.ERROR),
+                (self.hangup, Event.HANGUP),
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -435,7 +436,7 @@ class WsaPollMechanism(Mechanism):
             deadline = 0.0
         else:
             milliseconds = min(math.ceil(timeout * 1000.0), _INT_MAX)
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + timeout if milliseconds else 0.0
         while True:
             calls.clear_error(0)
             count = calls.poll(self._array, nfds, milliseconds)
