@@ -75,10 +75,17 @@ def test_the_polyfill_never_runs_the_c_code() -> None:
 
 @needs_speedups
 def test_install_refuses_a_second_call() -> None:
-    from iopoll import _speedups
-
-    with pytest.raises(RuntimeError, match="already"):
-        _speedups.install(iopoll.Context, iopoll.Watcher)
+    # In a fresh interpreter with the C code on: under IOPOLL_PURE_PYTHON=1 this process
+    # never installed it, and a first install() here would put it on the classes.
+    code = (
+        "import iopoll\n"
+        "from iopoll import _speedups\n"
+        "try:\n"
+        "    _speedups.install(iopoll.Context, iopoll.Watcher)\n"
+        "except RuntimeError as exc:\n"
+        "    print('refused', 'already' in str(exc))\n"
+    )
+    assert _python(code, IOPOLL_PURE_PYTHON="0").split() == ["refused", "True"]
 
 
 def test_wait_has_the_same_signature_and_a_docstring() -> None:
