@@ -245,6 +245,7 @@ class KqueueMechanism(Mechanism):
         self.unregister(fd)
 
     def poll(self, timeout: float, max_events: int) -> list[tuple[int, int]]:
+        """Wait up to ``timeout`` seconds; the ``(fd, Event bits)`` reports, one per fd."""
         # A kevent can mean nothing to report (bytes for a READ_HANGUP-only watcher): the
         # wait then goes on for the time left, so that poll returns early only with reports.
         deadline = time.monotonic() + timeout if timeout > 0 else timeout
