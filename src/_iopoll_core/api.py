@@ -1,5 +1,5 @@
 """The public names every implementation shares: the errors, ``Event``, ``ErrorCode`` and
-the handles of SPEC section 1.
+the handles of SPEC sections 1 and 10.
 
 ``iopoll`` and ``iopoll_polyfill.fallback`` (the select implementation) each take these
 with ``from _iopoll_core.api import *`` and add their own ``Backend``, ``Context`` and
@@ -24,3 +24,9 @@ from .events import ErrorCode as ErrorCode
 from .events import Event as Event
 from .handles import Handle as Handle
 from .handles import StreamPollHandle as StreamPollHandle
+from .handles import StreamPollWeakHandle as StreamPollWeakHandle
+from .handles import WeakHandle as WeakHandle
+from .process_handles import ProcessHandle as ProcessHandle
+from .signal_handles import SignalHandle as SignalHandle
+from .source_handles import NotifyHandle as NotifyHandle
+from .source_handles import TimerHandle as TimerHandle

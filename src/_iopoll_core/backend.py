@@ -70,9 +70,13 @@ class BackendBase(enum.Enum):
         return mechanism is not None and mechanism.supports_read_hangup
 
     def supports_signal_handles(self) -> bool:
-        """Whether signal handles exist: not in this version, on any backend."""
-        return False
+        """Whether a ``SignalHandle`` can be added (Linux ``EPOLL`` and ``POLL``, ``KQUEUE``
+        where the platform gives it a source)."""
+        mechanism = self._mechanism_class()
+        return mechanism is not None and mechanism.supports_signal_handles
 
     def supports_process_handles(self) -> bool:
-        """Whether process handles exist: not in this version, on any backend."""
-        return False
+        """Whether a ``ProcessHandle`` can be added (where pidfds exist: Linux ``EPOLL``
+        and ``POLL``, and ``KQUEUE`` over them)."""
+        mechanism = self._mechanism_class()
+        return mechanism is not None and mechanism.supports_process_handles

@@ -43,9 +43,19 @@ from .errors import (
     code_for_errno,
     raised_by_backend,
 )
-from .events import DecodeTable, ErrorCode, Event, coerce_events, decode_bits
-from .handles import MAX_FD, Handle, HasFileno, StreamPollHandle, _Uncopyable, fd_probe
+from .events import DecodeTable, ErrorCode, Event, coerce_events, decode_bits, os_events
+from .handles import (
+    MAX_FD,
+    Handle,
+    HasFileno,
+    StreamPollHandle,
+    WeakHandle,
+    _Uncopyable,
+    fd_probe,
+)
 from .mechanism import Mechanism
+from .source_handles import SourceHandle, TimerHandle
+from .timers import TimerQueue
 from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
 __all__ = ["Context"]
@@ -63,6 +73,12 @@ def _forget_contexts_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_contexts_after_fork)
+
+
+def _no_fd() -> int:
+    # A timer watcher's fd probe: it answers the fd it was added with (-1), so the checks
+    # of a stream's liveness always find a timer alive.
+    return -1
 
 
 class Context(_Uncopyable):
@@ -85,6 +101,11 @@ class Context(_Uncopyable):
         "_buffered",
         "_stale_fds",
         "_leftovers",
+        "_timers",
+        "_releases",
+        "_lost",
+        "_removed",
+        "_on_removed",
         "__weakref__",
     )
 
@@ -105,6 +126,13 @@ class Context(_Uncopyable):
     _buffered: dict[int, Watcher]  # watchers whose stream can hold bytes (pending())
     _stale_fds: set[int]  # fds the OS may still hold registrations for
     _leftovers: dict[int, int]  # fd -> raw bits cut by max_events (0: ask the OS again)
+    _timers: TimerQueue  # the timer watchers, and the deadlines of the armed ones
+    # fd -> what gives back the process-wide state a watcher holds (a SignalHandle's block);
+    # a weakref.finalize, so that it also runs when the context is collected.
+    _releases: dict[int, weakref.finalize[..., object]]
+    _lost: list[Watcher]  # watchers whose weak handle's object was collected, to retire
+    _removed: list[Watcher]  # watchers lost without remove(), for on_watcher_removed
+    _on_removed: Callable[[Watcher], object] | None
 
     def __init__(self, backend: BackendBase) -> None:
         if getattr(self, "_self_ref", None) is not None:
@@ -132,6 +160,11 @@ class Context(_Uncopyable):
         self._buffered = {}
         self._stale_fds = set()
         self._leftovers = {}
+        self._timers = TimerQueue()
+        self._releases = {}
+        self._lost = []
+        self._removed = []
+        self._on_removed = None
         self._decode = mechanism.decode
         self._max_timeout = mechanism.max_timeout
         self._use(mechanism)
@@ -145,8 +178,10 @@ class Context(_Uncopyable):
         return self._backend
 
     def __len__(self) -> int:
-        """The number of active watchers (O(watchers): it checks each one's stream)."""
-        return sum(1 for watcher in list(self._watchers.values()) if self._check_alive(watcher))
+        """The number of active watchers (O(watchers): it checks each one's stream, and
+        retires the watchers of streams found closed)."""
+        streams = sum(1 for watcher in list(self._watchers.values()) if self._check_alive(watcher))
+        return streams + len(self._timers.watchers)
 
     def __enter__(self) -> Context:
         return self
@@ -166,9 +201,17 @@ class Context(_Uncopyable):
         for watcher in self._watchers.values():
             # A watcher whose stream was closed first stays retired: its remove() is a no-op.
             watcher._state = REMOVED if watcher._stream_open() else RETIRED
+        for watcher in self._timers.watchers.values():
+            watcher._state = REMOVED
         self._watchers.clear()
         self._buffered.clear()
         self._leftovers.clear()
+        self._timers.clear()
+        for release in self._releases.values():
+            release()
+        self._releases.clear()
+        self._lost.clear()
+        self._removed.clear()
         mechanism = self._mechanism
         self._use(None)
         if mechanism is not None:
@@ -197,8 +240,15 @@ class Context(_Uncopyable):
             if isinstance(handle, int) and handle < 0:
                 raise ValueError(f"handle must be a file descriptor >= 0, not {handle}")
             handle = StreamPollHandle(handle)
-        wanted = coerce_events(events)
-        self._check_supported(mechanism, wanted, FailedHandleAddError)
+        source = handle if isinstance(handle, SourceHandle) else None
+        if source is not None:
+            wanted = coerce_events(events, source._event, type(source).__name__)
+            if isinstance(source, TimerHandle):
+                return self._add_timer(source, wanted, data)
+            self._check_source_supported(mechanism, source)
+        else:
+            wanted = coerce_events(events)
+            self._check_supported(mechanism, wanted, FailedHandleAddError)
         try:
             fd = handle.fileno()
         except (OSError, ValueError) as exc:
@@ -207,7 +257,7 @@ class Context(_Uncopyable):
             raise InvalidHandleError(f"Invalid handle for polling: fileno() returned {fd!r}")
         if fd > MAX_FD:
             raise self._beyond_any_fd(fd)
-        if isinstance(handle, StreamPollHandle) and not handle.is_valid():
+        if isinstance(handle, (StreamPollHandle, WeakHandle)) and not handle.is_valid():
             raise InvalidHandleError("Invalid handle for polling: its stream is closed")
 
         existing = self._watchers.get(fd)
@@ -215,17 +265,42 @@ class Context(_Uncopyable):
             if existing._stream_open():
                 raise HandleAlreadyWatchedError(f"Handle already added (fd {fd})")
             self._retire(existing)
+        if source is not None:
+            source._watch()  # a SignalHandle blocks its signals (or refuses this thread)
         try:
             if fd in self._stale_fds:
                 mechanism = self._rebuild()
-            mechanism.register(fd, wanted)
+            mechanism.register(fd, os_events(wanted))
         except (OSError, Refusal) as exc:
+            if source is not None:
+                source._unwatch()
             raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
 
         probe = fd_probe(handle)
         watcher = self._watcher_type._make(self._self_ref, fd, handle, probe, wanted, data)
         self._remember(watcher)
+        if source is not None and source._holds_process_state:
+            self._releases[fd] = weakref.finalize(self, source._unwatch)
+        if isinstance(handle, WeakHandle):
+            handle._watchers.add(watcher)
         return watcher
+
+    def on_watcher_removed(self, callback: Callable[[Watcher], object] | None = None) -> None:
+        """Call ``callback(watcher)`` for each watcher this context loses without
+        ``remove()``: its stream was closed, its weak handle's stream was collected, or its
+        fd number was taken by a new registration.
+
+        The calls are made at the start of the next ``wait()``, before it polls, never from
+        a close path or the garbage collector.  If the callback raises, ``wait()`` raises
+        that exception (having polled nothing) and the watchers still queued stay queued
+        for the next ``wait()``.  ``None`` clears the callback and what is queued.
+        """
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
+        self._on_removed = callback
+        if callback is None:
+            self._removed.clear()
+        self._refresh_fast_path()
 
     def wait(
         self,
@@ -271,7 +346,7 @@ class Context(_Uncopyable):
                 for fd, bits in raw:
                     watcher = watchers[fd]
                     # Watcher._stream_open(), inlined; an exception falls out below.
-                    if watcher._oneshot or watcher._probe() != fd:
+                    if not watcher._plain or watcher._probe() != fd:
                         break
                     watcher._triggered = decode[bits]
                     ready.append(watcher)
@@ -298,6 +373,8 @@ class Context(_Uncopyable):
         self._usable_mechanism(FailedPollWaitError)
         seconds = timeout_seconds(timeout, microseconds)
         limit = MAX_EVENTS_LIMIT if max_events is None else check_max_events(max_events)
+        if self._lost or self._removed:
+            self._report_removed()
         return self._wait_for(seconds, limit, None)
 
     def _finish_wait(
@@ -323,27 +400,46 @@ class Context(_Uncopyable):
         deadline = time.monotonic() + seconds if seconds > 0 else 0.0
         while True:
             if ready is None:
-                mechanism = self._usable_mechanism(FailedPollWaitError)
-                if not self._watchers:
-                    # Nothing can become ready: PHP returns at once for "no timeout", and
-                    # sleeps out a finite one (in chunks: time.sleep() overflows on absurd
-                    # values).
-                    if seconds > 0:
-                        time.sleep(min(seconds, mechanism.max_timeout))
-                else:
-                    ready = self._poll_watchers(mechanism, seconds, limit)
+                ready = self._poll_once(self._usable_mechanism(FailedPollWaitError), seconds, limit)
             if ready or seconds == 0:
                 break
             if seconds > 0:
                 seconds = deadline - time.monotonic()
                 if seconds <= 0:
-                    break
-            elif not self._watchers:
+                    if not self._timers:
+                        break
+                    seconds = 0.0  # one last look, for a timer due at the deadline
+            elif not self._watchers and not self._timers:
                 break  # FOREVER with nothing to wait for
             ready = None
         # Leftovers and buffered watchers come and go above: the fast path may apply again.
         self._refresh_fast_path()
         return ready or []
+
+    def _poll_once(self, mechanism: Mechanism, seconds: float, limit: int) -> list[Watcher]:
+        """Due timers, then one poll of the OS for at most ``seconds``, as watchers.
+
+        Due timers come first and take their ``max_events`` slots before any fd (SPEC 10):
+        the OS is then asked, without waiting, for what fits in the rest.  With none due,
+        the OS wait ends at the first deadline.
+        """
+        timers = self._timers
+        if timers:
+            due = timers.take_due(limit)
+            if due:
+                if len(due) < limit and self._watchers:
+                    due += self._poll_watchers(mechanism, 0.0, limit - len(due))
+                return due
+            first = timers.seconds_to_next()
+            if first is not None and (seconds < 0 or first < seconds):
+                seconds = first
+        if not self._watchers:
+            # Nothing else can become ready: PHP returns at once for "no timeout", and sleeps
+            # out a finite one (in chunks: time.sleep() overflows on absurd values).
+            if seconds > 0:
+                time.sleep(min(seconds, mechanism.max_timeout))
+            return []
+        return self._poll_watchers(mechanism, seconds, limit)
 
     def _poll_watchers(self, mechanism: Mechanism, seconds: float, limit: int) -> list[Watcher]:
         """One poll of the OS, merged with what is ready without it, as watchers.
@@ -465,7 +561,16 @@ class Context(_Uncopyable):
                 watcher._triggered = Event.ERROR
                 self._retire(watcher)
             else:
-                watcher._triggered = decode_bits(decode, bits)
+                if not watcher._kind:
+                    watcher._triggered = decode_bits(decode, bits)
+                elif watcher._handle._take():  # type: ignore[attr-defined]
+                    # A handle that is not a stream: its own event alone (SPEC 10).
+                    watcher._triggered = watcher._kind
+                else:
+                    # Nothing after all (another handle took the signal first).
+                    if watcher._oneshot and mechanism.disarms_reported_oneshots:
+                        self._rearm(mechanism, watcher)  # the OS disarmed it for nothing
+                    continue
                 if watcher._oneshot:
                     watcher._armed = False
                     if not mechanism.disarms_reported_oneshots:
@@ -480,6 +585,13 @@ class Context(_Uncopyable):
                 # What is ready goes out now; the stale entry reports again, and the next
                 # wait tries the rebuild again.
         return ready
+
+    @staticmethod
+    def _rearm(mechanism: Mechanism, watcher: Watcher) -> None:
+        try:
+            mechanism.modify(watcher._fd, os_events(watcher._events))
+        except (OSError, Refusal):
+            pass  # it stays disarmed; a modify() by its owner re-arms it
 
     @staticmethod
     def _kept_bits(mechanism: Mechanism, watcher: Watcher, bits: int) -> int:
@@ -582,14 +694,22 @@ class Context(_Uncopyable):
     # -- watcher bookkeeping ------------------------------------------------------------
 
     def _refresh_fast_path(self) -> None:
-        """Let wait() take its fast path, unless something needs the general one.
+        """Let wait() take its fast path, unless something needs the general one: buffered
+        bytes, leftovers, armed timers, or watchers lost without remove() to report.
 
-        The mutators below (``_use``, ``_remember``, ``_forget``, ``_rebuild``) call it
-        wherever the usable mechanism or the buffered watchers change, and the general wait
-        when it is done with the leftovers: nothing else assigns those.
+        The mutators below (``_use``, ``_remember``, ``_forget``, ``_rebuild``, the timer
+        and removal bookkeeping) call it wherever one of those changes, and the general wait
+        when it is done: nothing else assigns ``_fast_poll``.
         """
         mechanism = self._usable
-        if mechanism is None or self._buffered or self._leftovers:
+        if (
+            mechanism is None
+            or self._buffered
+            or self._leftovers
+            or self._timers
+            or self._lost
+            or self._removed
+        ):
             self._fast_poll = None
         else:
             self._fast_poll = mechanism.poll
@@ -613,6 +733,9 @@ class Context(_Uncopyable):
         del self._watchers[fd]
         self._buffered.pop(fd, None)
         self._leftovers.pop(fd, None)
+        release = self._releases.pop(fd, None)
+        if release is not None:
+            release()  # a SignalHandle's watcher: its signals' block
         self._refresh_fast_path()
 
     def _check_alive(self, watcher: Watcher) -> bool:
@@ -626,12 +749,42 @@ class Context(_Uncopyable):
 
     def _retire(self, watcher: Watcher) -> None:
         """Drop a watcher whose stream was closed (or whose fd became invalid)."""
-        watcher._state = RETIRED
+        self._mark_lost(watcher)
         fd = watcher._fd
         if self._watchers.get(fd) is not watcher:
             return
         self._forget(fd)
         self._unregister(fd)
+
+    def _mark_lost(self, watcher: Watcher) -> None:
+        """``watcher`` leaves without remove(): inactive, and queued for on_watcher_removed."""
+        watcher._state = RETIRED
+        if self._on_removed is not None:
+            self._removed.append(watcher)
+            self._refresh_fast_path()
+
+    def _lose(self, watcher: Watcher) -> None:
+        """The object of ``watcher``'s weak handle was collected: retire it at the next
+        ``wait()``.  Called by the garbage collector, so it only takes note."""
+        self._lost.append(watcher)
+        self._refresh_fast_path()
+
+    def _report_removed(self) -> None:
+        """The start of a ``wait()``: retire the watchers whose weak handle's object was
+        collected, then call on_watcher_removed for each watcher lost without remove().
+
+        The callback's exception leaves ``wait()`` before it polls; the watchers behind
+        the one it was called for stay queued for the next ``wait()``.
+        """
+        lost, self._lost = self._lost, []
+        for watcher in lost:
+            if watcher._state == ACTIVE and self._watchers.get(watcher._fd) is watcher:
+                self._retire(watcher)
+        removed = self._removed
+        while removed and self._on_removed is not None:
+            self._on_removed(removed.pop(0))
+        removed.clear()  # on_watcher_removed(None) from a callback drops the rest
+        self._refresh_fast_path()
 
     def _unregister(self, fd: int) -> None:
         mechanism = self._usable
@@ -663,7 +816,7 @@ class Context(_Uncopyable):
         others: list[Watcher] = []
         for fd, watcher in list(self._watchers.items()):
             if not watcher._stream_open():
-                watcher._state = RETIRED
+                self._mark_lost(watcher)
                 self._forget(fd)
             elif watcher._oneshot and self._leftovers.get(fd) and old.disarms_reported_oneshots:
                 # The old object fired it (its report was cut by max_events and is kept):
@@ -693,9 +846,9 @@ class Context(_Uncopyable):
         """Register ``watchers`` with a fresh OS object; retire those it refuses."""
         for watcher in watchers:
             try:
-                mechanism.register(watcher._fd, watcher._events)
+                mechanism.register(watcher._fd, os_events(watcher._events))
             except (OSError, Refusal):
-                watcher._state = RETIRED
+                self._mark_lost(watcher)
                 self._forget(watcher._fd)
 
     @staticmethod
@@ -713,18 +866,27 @@ class Context(_Uncopyable):
         return mechanism
 
     def _modify(self, watcher: Watcher, events: Event | Iterable[Event]) -> None:
-        wanted = coerce_events(events)
+        kind = watcher._kind
+        handle = watcher._handle
+        wanted = coerce_events(events, kind, type(handle).__name__)
         mechanism = self._check_modifiable(watcher)
-        self._check_supported(mechanism, wanted, FailedWatcherModificationError)
+        if isinstance(handle, TimerHandle):
+            watcher._set_events(wanted)
+            self._timers.arm(watcher, handle)  # re-armed from now (SPEC 10)
+            self._refresh_fast_path()
+            return
+        if not kind:
+            self._check_supported(mechanism, wanted, FailedWatcherModificationError)
+        elif kind is Event.PROCESS and not watcher._armed:
+            watcher._events = wanted  # its exit was reported: never again in this context
+            return
         try:
-            mechanism.modify(watcher._fd, wanted)
+            mechanism.modify(watcher._fd, os_events(wanted))
         except (OSError, Refusal) as exc:
             raise self._failure(
                 FailedWatcherModificationError, "Failed to modify watcher", exc
             ) from exc
-        watcher._events = wanted
-        watcher._oneshot = bool(wanted & Event.ONESHOT)
-        watcher._armed = True
+        watcher._set_events(wanted)
         # Bits kept from before speak of the old events; the OS reports the new ones.
         if self._leftovers.pop(watcher._fd, None) is not None:
             self._refresh_fast_path()
@@ -734,8 +896,37 @@ class Context(_Uncopyable):
         if not self._check_alive(watcher):
             return  # its stream was closed: retired, and remove() of that is a no-op
         watcher._state = REMOVED
+        if isinstance(watcher._handle, TimerHandle):
+            del self._timers.watchers[watcher._handle]
+            self._timers.disarm(watcher)
+            self._refresh_fast_path()
+            return
         self._forget(watcher._fd)
         self._unregister(watcher._fd)
+
+    # -- handles that are not streams (SPEC 10) ----------------------------------------------
+
+    def _add_timer(self, handle: TimerHandle, events: Event, data: Any) -> Watcher:
+        """A timer has no fd: its watcher is kept, and its deadline armed, by ``_timers``."""
+        timers = self._timers
+        if handle in timers.watchers:
+            raise HandleAlreadyWatchedError("Handle already added (this TimerHandle)")
+        watcher = self._watcher_type._make(self._self_ref, -1, handle, _no_fd, events, data)
+        timers.watchers[handle] = watcher
+        timers.arm(watcher, handle)
+        self._refresh_fast_path()
+        return watcher
+
+    def _check_source_supported(self, mechanism: Mechanism, handle: SourceHandle) -> None:
+        needs = handle._needs
+        if (needs == "signal" and not mechanism.supports_signal_handles) or (
+            needs == "process" and not mechanism.supports_process_handles
+        ):
+            raise FailedHandleAddError(
+                f"Failed to add handle: backend {self._backend.name} has no source for a "
+                f"{type(handle).__name__} here",
+                ErrorCode.NOSUPPORT,
+            )
 
     # -- errors -----------------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ __all__ = [
     "ErrorCode",
     "Event",
     "DecodeTable",
+    "NON_STREAM_EVENTS",
     "coerce_events",
+    "os_events",
     "decode_bits",
     "decode_table",
     "flag_encoder",
@@ -23,7 +25,8 @@ class Event(enum.IntFlag):
     ``READ``, ``WRITE`` and ``PRIORITY`` are readiness; ``ERROR`` and ``HANGUP`` are always
     reported; ``READ_HANGUP`` (peer shut down its writing side) only when asked for.
     ``ONESHOT`` and ``EDGE_TRIGGERED`` are registration modes, never reported.  ``TIMER``,
-    ``NOTIFY``, ``SIGNAL`` and ``PROCESS`` are reserved for handle kinds this version lacks.
+    ``NOTIFY``, ``SIGNAL`` and ``PROCESS`` each go with their own handle kind alone
+    (``TimerHandle``, ``NotifyHandle``, ``SignalHandle``, ``ProcessHandle``).
     """
 
     READ = 1 << 0
@@ -116,17 +119,19 @@ def decode_bits(table: DecodeTable, bits: int) -> Event:
     return event
 
 
-def coerce_events(events: object, argument: str = "events") -> Event:
+def coerce_events(events: object, kind: Event = NO_EVENTS, handle_name: str = "") -> Event:
     """Return ``events`` (an ``Event`` or an iterable of them) as one ``Event``.
 
-    Raises ``TypeError`` for anything that is not an ``Event`` and ``ValueError`` for an
-    empty set or events no stream handle can be watched for.
+    ``kind`` is the one event a handle that is not a stream reports (``Event.TIMER`` for a
+    ``TimerHandle``, named ``handle_name``), or ``Event(0)`` for a stream handle.  Raises
+    ``TypeError`` for anything that is not an ``Event`` and ``ValueError`` for an empty set
+    or for events the handle cannot be watched for (SPEC 10's event rules).
     """
     if isinstance(events, Event):
         value = events
     elif isinstance(events, (int, str, bytes)) or not isinstance(events, Iterable):
         raise TypeError(
-            f"{argument} must be an Event or an iterable of Event values, "
+            "events must be an Event or an iterable of Event values, "
             f"not {type(events).__name__}"
         )
     else:
@@ -134,14 +139,35 @@ def coerce_events(events: object, argument: str = "events") -> Event:
         for item in events:
             if not isinstance(item, Event):
                 raise TypeError(
-                    f"{argument} must contain only Event values, not {type(item).__name__}"
+                    f"events must contain only Event values, not {type(item).__name__}"
                 )
             value |= item
     if not value:
-        raise ValueError(f"{argument} must not be empty")
-    if value & NON_STREAM_EVENTS:
+        raise ValueError("events must not be empty")
+    if kind:
+        # Its own event, and ONESHOT if asked; never EDGE_TRIGGERED or a stream's events.
+        if value & ~Event.ONESHOT != kind:
+            raise ValueError(
+                f"events must be Event.{kind.name} for a {handle_name} "
+                "(Event.ONESHOT may be added to it, nothing else)"
+            )
+    elif value & NON_STREAM_EVENTS:
         raise ValueError(
-            f"{argument} must not contain Event.TIMER, Event.NOTIFY, Event.SIGNAL or "
+            "events must not contain Event.TIMER, Event.NOTIFY, Event.SIGNAL or "
             "Event.PROCESS for a stream handle"
         )
     return value
+
+
+def os_events(events: Event) -> Event:
+    """What the OS is asked to watch a handle's fd for, given what its watcher asks.
+
+    A notify, signal or process handle is an fd that becomes readable when it has something
+    to say: it is watched for ``READ``.  A process exits once, so its fd is always watched
+    one-shot: it is reported once per context (SPEC 10).
+    """
+    if not events & NON_STREAM_EVENTS:
+        return events
+    if events & Event.PROCESS:
+        return Event.READ | Event.ONESHOT
+    return Event.READ | (events & Event.ONESHOT)

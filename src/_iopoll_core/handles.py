@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import abc
+import weakref
 from collections.abc import Callable
-from typing import NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, runtime_checkable
 
-__all__ = ["Handle", "StreamPollHandle", "HasFileno", "MAX_FD", "fd_probe"]
+if TYPE_CHECKING:
+    from .watcher import Watcher
+
+__all__ = [
+    "Handle",
+    "StreamPollHandle",
+    "WeakHandle",
+    "StreamPollWeakHandle",
+    "HasFileno",
+    "MAX_FD",
+    "fd_probe",
+]
 
 # The largest fd number an OS call takes (a C int).
 MAX_FD = 2**31 - 1
@@ -100,6 +112,122 @@ class StreamPollHandle(Handle):
 
     def __repr__(self) -> str:
         return f"<StreamPollHandle stream={self._stream!r}>"
+
+
+class WeakHandle(Handle):
+    """A handle that holds its object weakly: its watchers do not keep the object alive.
+
+    When the object is garbage collected, the handle becomes invalid and its watchers leave
+    every context, at that context's next ``wait()`` (which reports them to
+    ``Context.on_watcher_removed``).  Subclasses call ``WeakHandle.__init__(self, obj)`` and
+    implement ``fileno()``, raising once ``self._object()`` is None.
+    """
+
+    __slots__ = ("_object", "_watchers")
+
+    _object: weakref.ReferenceType[Any]
+    # Every watcher of this handle, in any context, so that its loss reaches them all.
+    _watchers: weakref.WeakSet[Watcher]
+
+    def __init__(self, obj: object) -> None:
+        if hasattr(self, "_object"):
+            raise TypeError(f"{type(self).__name__}.__init__ cannot be called twice")
+        try:
+            self._object = weakref.ref(obj, self._collected)
+        except TypeError:
+            raise TypeError(
+                f"a {type(self).__name__} needs an object that can be weakly referenced, "
+                f"not {type(obj).__name__}"
+            ) from None
+        self._watchers = weakref.WeakSet()
+
+    def is_valid(self) -> bool:
+        """False once the object was collected, or once ``fileno()`` no longer answers."""
+        if self._object() is None:
+            return False
+        try:
+            fd = self.fileno()
+        except (OSError, ValueError):
+            return False
+        return type(fd) is int and fd >= 0
+
+    def _collected(self, ref: object) -> None:
+        # Called by the garbage collector: only queue the loss; the contexts act on it
+        # at their next wait() (SPEC 10: never a user callback from the collector).
+        for watcher in list(self._watchers):
+            context = watcher._context()
+            if context is not None:
+                context._lose(watcher)
+
+
+class StreamPollWeakHandle(WeakHandle):
+    """A weak handle on a stream: ``StreamPollWeakHandle.create(stream)``.
+
+    There is one handle per stream (``create`` returns the same object for the same stream).
+    ``stream`` is the stream, or None once it was collected; ``is_valid()`` is false once
+    the stream is closed or collected.
+    """
+
+    __slots__ = ()
+
+    # One handle per live stream; the handle holds its stream weakly, so no cycle.
+    _made: ClassVar[weakref.WeakKeyDictionary[Any, StreamPollWeakHandle]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("StreamPollWeakHandle objects are made by StreamPollWeakHandle.create()")
+
+    @classmethod
+    def create(cls, stream: HasFileno) -> StreamPollWeakHandle:
+        """The weak handle of ``stream`` (an object with ``fileno()``), made once per stream."""
+        if isinstance(stream, (bool, int)) or not isinstance(stream, HasFileno):
+            raise TypeError(
+                f"stream must be an object with fileno(), not {type(stream).__name__}"
+            )
+        try:
+            return cls._made[stream]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable: weakref.ref below says whether it can be held
+            pass
+        handle = cls.__new__(cls)
+        WeakHandle.__init__(handle, stream)
+        try:
+            cls._made[stream] = handle
+        except TypeError:
+            raise TypeError(
+                f"stream must be hashable and weakly referenceable, not {type(stream).__name__}"
+            ) from None
+        return handle
+
+    @property
+    def stream(self) -> HasFileno | None:
+        """The stream, or None once it was garbage collected."""
+        stream: HasFileno | None = self._object()
+        return stream
+
+    def fileno(self) -> int:
+        """The stream's current fd; raises ``ValueError`` once the stream was collected."""
+        stream = self._object()
+        if stream is None:
+            raise ValueError("the stream of this weak handle was garbage collected")
+        fd: int = stream.fileno()
+        return fd
+
+    def is_valid(self) -> bool:
+        """False once the stream is closed or collected."""
+        stream = self._object()
+        if stream is None:
+            return False
+        try:
+            fd = stream.fileno()
+        except (OSError, ValueError):
+            return False
+        return type(fd) is int and fd >= 0 and not getattr(stream, "closed", False)
+
+    def __repr__(self) -> str:
+        return f"<StreamPollWeakHandle stream={self._object()!r}>"
 
 
 def fd_probe(handle: Handle) -> Callable[[], int]:

@@ -23,6 +23,9 @@ class Mechanism:
     supports_edge_triggering: ClassVar[bool] = False
     supports_priority: ClassVar[bool] = False
     supports_read_hangup: ClassVar[bool] = False
+    # Whether it watches the fds a SignalHandle or ProcessHandle has here (SPEC 10).
+    supports_signal_handles: ClassVar[bool] = False
+    supports_process_handles: ClassVar[bool] = False
     # True when the OS disarms a one-shot fd as it reports it (EPOLLONESHOT); otherwise
     # the Context calls ``disarm`` after reporting it.
     disarms_reported_oneshots: ClassVar[bool] = False

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .errors import InactiveWatcherError
-from .events import MODES, NO_EVENTS, Event
+from .events import MODES, NO_EVENTS, Event, os_events
 from .handles import Handle, _Uncopyable
+from .source_handles import SourceHandle
 
 if TYPE_CHECKING:
     from .context import Context
@@ -34,7 +35,9 @@ class Watcher(_Uncopyable):
         "_probe",
         "_data",
         "_events",
+        "_kind",
         "_oneshot",
+        "_plain",
         "_armed",
         "_triggered",
         "_state",
@@ -47,7 +50,13 @@ class Watcher(_Uncopyable):
     _probe: Callable[[], int]
     _data: Any
     _events: Event
-    _oneshot: bool
+    # Event(0) for a stream's watcher; for a handle that is not a stream, the one event it
+    # reports (TIMER, NOTIFY, SIGNAL, PROCESS).
+    _kind: Event
+    _oneshot: bool  # watched one-shot (always, for a process: one report per context)
+    # A report of it is only decoded: a stream's level or edge watcher.  wait()'s fast path
+    # (and its C version) takes only these; every other report goes through _collect.
+    _plain: bool
     _armed: bool
     _triggered: Event
     _state: int
@@ -71,12 +80,18 @@ class Watcher(_Uncopyable):
         watcher._handle = handle
         watcher._probe = probe
         watcher._data = data
-        watcher._events = events
-        watcher._oneshot = bool(events & Event.ONESHOT)
-        watcher._armed = True
+        watcher._kind = handle._event if isinstance(handle, SourceHandle) else NO_EVENTS
+        watcher._set_events(events)
         watcher._triggered = NO_EVENTS
         watcher._state = ACTIVE
         return watcher
+
+    def _set_events(self, events: Event) -> None:
+        """Watch ``events`` from now on, armed (the Context has told the OS already)."""
+        self._events = events
+        self._oneshot = bool(os_events(events) & Event.ONESHOT)
+        self._plain = not self._oneshot and not self._kind
+        self._armed = True
 
     @property
     def handle(self) -> Handle:

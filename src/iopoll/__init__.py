@@ -19,7 +19,7 @@ from ._native import Watcher as Watcher
 
 __version__ = "0.1.0"
 
-# SPEC section 1; tests/test_public_names.py holds it to docs/SPEC.md.
+# SPEC sections 1 and 10; tests/test_public_names.py holds it to docs/SPEC.md.
 __all__ = [
     "Backend",
     "BackendUnavailableError",
@@ -35,7 +35,13 @@ __all__ = [
     "HandleAlreadyWatchedError",
     "InactiveWatcherError",
     "InvalidHandleError",
+    "NotifyHandle",
     "PollError",
+    "ProcessHandle",
+    "SignalHandle",
     "StreamPollHandle",
+    "StreamPollWeakHandle",
+    "TimerHandle",
     "Watcher",
+    "WeakHandle",
 ]

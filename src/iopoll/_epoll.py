@@ -19,6 +19,8 @@ from typing import ClassVar
 
 from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table, flag_encoder
 from _iopoll_core.mechanism import Mechanism
+from _iopoll_core.process_handles import PIDFD_AVAILABLE
+from _iopoll_core.signal_handles import SIGNALFD_AVAILABLE
 
 __all__ = ["EpollMechanism"]
 
@@ -41,6 +43,9 @@ class EpollMechanism(Mechanism):
     supports_edge_triggering: ClassVar[bool] = True
     supports_priority: ClassVar[bool] = True
     supports_read_hangup: ClassVar[bool] = True
+    # Signal and process handles are fds here (signalfd, pidfd) where the platform has them.
+    supports_signal_handles: ClassVar[bool] = SIGNALFD_AVAILABLE
+    supports_process_handles: ClassVar[bool] = PIDFD_AVAILABLE
     disarms_reported_oneshots: ClassVar[bool] = True
     errno_codes: ClassVar[dict[int, ErrorCode]] = {errno.EPERM: ErrorCode.NOSUPPORT}
     decode: ClassVar[DecodeTable] = decode_table(

@@ -54,6 +54,8 @@ from typing import Any, ClassVar
 
 from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table
 from _iopoll_core.mechanism import Mechanism
+from _iopoll_core.process_handles import PIDFD_AVAILABLE
+from _iopoll_core.signal_handles import SIGNALFD_AVAILABLE
 
 __all__ = [
     "KqueueMechanism",
@@ -189,6 +191,9 @@ class KqueueMechanism(Mechanism):
 
     supports_edge_triggering: ClassVar[bool] = True
     supports_read_hangup: ClassVar[bool] = True
+    # Signal and process handles are fds here (signalfd, pidfd) where the platform has them.
+    supports_signal_handles: ClassVar[bool] = SIGNALFD_AVAILABLE
+    supports_process_handles: ClassVar[bool] = PIDFD_AVAILABLE
     # A device kqueue cannot watch (FreeBSD's devfs: ENODEV) is a missing feature.
     errno_codes: ClassVar[dict[int, ErrorCode]] = {errno.ENODEV: ErrorCode.NOSUPPORT}
     decode: ClassVar[DecodeTable] = decode_table(

@@ -14,6 +14,8 @@ from typing import ClassVar
 
 from _iopoll_core.events import DecodeTable, Event, decode_table, flag_encoder
 from _iopoll_core.mechanism import Mechanism
+from _iopoll_core.process_handles import PIDFD_AVAILABLE
+from _iopoll_core.signal_handles import SIGNALFD_AVAILABLE
 
 __all__ = ["PollMechanism"]
 
@@ -35,6 +37,9 @@ class PollMechanism(Mechanism):
 
     supports_priority: ClassVar[bool] = sys.platform != "darwin"  # macOS poll() lacks POLLPRI
     supports_read_hangup: ClassVar[bool] = bool(_POLLRDHUP)
+    # Signal and process handles are fds here (signalfd, pidfd) where the platform has them.
+    supports_signal_handles: ClassVar[bool] = SIGNALFD_AVAILABLE
+    supports_process_handles: ClassVar[bool] = PIDFD_AVAILABLE
     invalid_fd_bit: ClassVar[int] = select.POLLNVAL
     decode: ClassVar[DecodeTable] = decode_table(
         [

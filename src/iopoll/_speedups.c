@@ -29,7 +29,7 @@ typedef struct {
     PyTypeObject *context_type;
     PyTypeObject *watcher_type;
     PyMemberDef *fast_poll, *watchers, *decode, *max_timeout;  /* Context */
-    PyMemberDef *oneshot, *probe, *triggered, *data;            /* Watcher */
+    PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
     PyObject *zero;                                             /* 0.0 */
@@ -164,14 +164,14 @@ take_report(PyObject *report, PyObject *watchers, PyObject *decode, PyObject *re
     }
     Py_INCREF(watcher); /* the probe below may run code that drops it from the dict */
     int handled = 0;
-    PyObject *oneshot = NULL, *probe = NULL, *probed = NULL, *triggered;
+    PyObject *plain = NULL, *probe = NULL, *probed = NULL, *triggered;
 
-    oneshot = get_slot(watcher, slots.oneshot);
-    if (oneshot == NULL) {
+    plain = get_slot(watcher, slots.plain);
+    if (plain == NULL) {
         goto error;
     }
-    if (oneshot != Py_False) {
-        goto done; /* one-shot: _collect disarms it */
+    if (plain != Py_True) {
+        goto done; /* one-shot, or a handle that is not a stream: _collect */
     }
     probe = get_slot(watcher, slots.probe);
     if (probe == NULL) {
@@ -211,7 +211,7 @@ error:
 done:
     Py_XDECREF(probed);
     Py_XDECREF(probe);
-    Py_XDECREF(oneshot);
+    Py_XDECREF(plain);
     Py_DECREF(watcher);
     return handled;
 }
@@ -418,7 +418,7 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.watchers = member_of(context_type, "_watchers"))
         || !(found.decode = member_of(context_type, "_decode"))
         || !(found.max_timeout = member_of(context_type, "_max_timeout"))
-        || !(found.oneshot = member_of(watcher_type, "_oneshot"))
+        || !(found.plain = member_of(watcher_type, "_plain"))
         || !(found.probe = member_of(watcher_type, "_probe"))
         || !(found.triggered = member_of(watcher_type, "_triggered"))
         || !(found.data = member_of(watcher_type, "_data"))) {

@@ -12,7 +12,7 @@ from _iopoll_core.context import Context as _EngineContext
 from _iopoll_core.select_mechanism import FD_SETSIZE, SelectMechanism
 from _iopoll_core.watcher import Watcher as Watcher
 
-# SPEC section 1 and FD_SETSIZE; tests/test_public_names.py holds it to docs/SPEC.md.
+# SPEC sections 1 and 10, and FD_SETSIZE; tests/test_public_names.py holds it to docs/SPEC.md.
 __all__ = [
     "FD_SETSIZE",
     "Backend",
@@ -29,9 +29,15 @@ __all__ = [
     "HandleAlreadyWatchedError",
     "InactiveWatcherError",
     "InvalidHandleError",
+    "NotifyHandle",
     "PollError",
+    "ProcessHandle",
+    "SignalHandle",
     "StreamPollHandle",
+    "StreamPollWeakHandle",
+    "TimerHandle",
     "Watcher",
+    "WeakHandle",
 ]
 
 

@@ -1,0 +1,117 @@
+"""``TimerQueue``: a Context's armed timers, a heap of deadlines on the monotonic clock.
+
+Timers are the Context's, not the OS's, so that they work on every backend and in the
+polyfill, and cost nothing while none is armed (the Context's fast path is on then).  The
+Context bounds each OS wait by the first deadline and, when timers are due, puts them first
+in the result with their own ``max_events`` slots (SPEC 10).
+
+A ``wait()`` costs O(log n) per due timer, whatever the number armed: the heap is popped
+only for deadlines that have passed.  Disarming (remove, re-arm, close) does not search
+the heap: the entry stays, and is skipped when it comes up, because the watcher's current
+entry number (``_armed``) no longer names it.  When such dead entries outnumber the live
+ones the heap is rebuilt, so it never holds more than about twice the armed timers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from typing import TYPE_CHECKING
+
+from .events import Event
+
+if TYPE_CHECKING:
+    from .source_handles import TimerHandle
+    from .watcher import Watcher
+
+__all__ = ["TimerQueue"]
+
+
+class TimerQueue:
+    """The armed timers of one Context, by deadline (nanoseconds of ``time.monotonic_ns``)."""
+
+    __slots__ = ("_heap", "_armed", "_count", "watchers")
+
+    _heap: list[tuple[int, int, Watcher]]  # (deadline, entry number, watcher)
+    _armed: dict[Watcher, tuple[int, int]]  # armed watcher -> its live (deadline, number)
+    _count: int  # entry numbers: unique, so the heap never compares two watchers
+    # Every active timer watcher, armed or not, by handle (a handle is added once here).
+    watchers: dict[TimerHandle, Watcher]
+
+    def __init__(self) -> None:
+        self._heap = []
+        self._armed = {}
+        self._count = 0
+        self.watchers = {}
+
+    def __len__(self) -> int:
+        """The number of armed timers."""
+        return len(self._armed)
+
+    def arm(self, watcher: Watcher, handle: TimerHandle) -> None:
+        """Arm ``watcher`` to fire ``handle``'s timeout from now (re-arming it if armed)."""
+        self._push(watcher, time.monotonic_ns() + handle._timeout_ns)
+
+    def disarm(self, watcher: Watcher) -> None:
+        """Forget ``watcher``'s deadline (its heap entry is skipped when it comes up)."""
+        if self._armed.pop(watcher, None) is not None and len(self._heap) > 2 * len(
+            self._armed
+        ) + 64:
+            self._compact()
+
+    def seconds_to_next(self) -> float | None:
+        """Seconds until the first deadline (0.0 if it has passed), or None if none is armed."""
+        heap, armed = self._heap, self._armed
+        while heap:
+            deadline, number, watcher = heap[0]
+            if armed.get(watcher) == (deadline, number):
+                return max(deadline - time.monotonic_ns(), 0) / 1e9
+            heapq.heappop(heap)  # a dead entry
+        return None
+
+    def take_due(self, limit: int) -> list[Watcher]:
+        """Up to ``limit`` due timers, first deadline first; re-arms the periodic ones.
+
+        A periodic timer re-arms from its previous deadline; one far behind skips the
+        periods it missed, so it is reported once per call, never in a burst.  A timer left
+        out by ``limit`` stays due.
+        """
+        heap, armed = self._heap, self._armed
+        now = time.monotonic_ns()
+        due: list[Watcher] = []
+        while heap and len(due) < limit:
+            deadline, number, watcher = heap[0]
+            if deadline > now:
+                break
+            heapq.heappop(heap)
+            if armed.get(watcher) != (deadline, number):
+                continue  # a dead entry
+            watcher._triggered = Event.TIMER
+            due.append(watcher)
+            handle: TimerHandle = watcher._handle  # type: ignore[assignment]
+            if handle._periodic and not watcher._oneshot:
+                period = handle._timeout_ns
+                following = deadline + period
+                if following <= now:  # far behind: skip to the first deadline still ahead
+                    following += period * ((now - following) // period + 1)
+                self._push(watcher, following)
+            else:
+                del armed[watcher]
+                watcher._armed = False
+        return due
+
+    def clear(self) -> None:
+        """Forget every timer (the context is closing)."""
+        self._heap.clear()
+        self._armed.clear()
+        self.watchers.clear()
+
+    def _push(self, watcher: Watcher, deadline: int) -> None:
+        self._count += 1
+        entry = (deadline, self._count)
+        self._armed[watcher] = entry
+        heapq.heappush(self._heap, (deadline, self._count, watcher))
+
+    def _compact(self) -> None:
+        self._heap = [(deadline, number, w) for w, (deadline, number) in self._armed.items()]
+        heapq.heapify(self._heap)
