@@ -54,10 +54,8 @@ class TimerQueue:
 
     def disarm(self, watcher: Watcher) -> None:
         """Forget ``watcher``'s deadline (its heap entry is skipped when it comes up)."""
-        if self._armed.pop(watcher, None) is not None and len(self._heap) > 2 * len(
-            self._armed
-        ) + 64:
-            self._compact()
+        if self._armed.pop(watcher, None) is not None:
+            self._compact_if_mostly_dead()
 
     def seconds_to_next(self) -> float | None:
         """Seconds until the first deadline (0.0 if it has passed), or None if none is armed."""
@@ -111,7 +109,9 @@ class TimerQueue:
         entry = (deadline, self._count)
         self._armed[watcher] = entry
         heapq.heappush(self._heap, (deadline, self._count, watcher))
+        self._compact_if_mostly_dead()  # re-arming an armed timer left its old entry behind
 
-    def _compact(self) -> None:
-        self._heap = [(deadline, number, w) for w, (deadline, number) in self._armed.items()]
-        heapq.heapify(self._heap)
+    def _compact_if_mostly_dead(self) -> None:
+        if len(self._heap) > 2 * len(self._armed) + 64:
+            self._heap = [(deadline, number, w) for w, (deadline, number) in self._armed.items()]
+            heapq.heapify(self._heap)

@@ -1,0 +1,177 @@
+"""SPEC 10's handles from the inside: what the conformance suite cannot see.
+
+The rules themselves are the suite's (``iopoll_conformance/groups``); here are the engine's
+own promises about them: timers cost nothing while none is armed (the fast path stays on),
+the timer heap stays bounded under re-arming, the C fast path hands every handle that is
+not a stream to the Python path, a signal's block is given back even when a context is only
+garbage collected, and what a child process inherits.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import iopoll
+from _iopoll_core.timers import TimerQueue
+from iopoll import Backend, Context, Event, NotifyHandle, SignalHandle, TimerHandle
+
+SIGNALS = Backend.AUTO.supports_signal_handles()
+needs_signal_handles = pytest.mark.skipif(not SIGNALS, reason="no signal handles here")
+BACKENDS = [backend for backend in Backend.available_backends()]
+
+
+def blocked() -> set[int]:
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_the_fast_path_is_off_only_while_a_timer_is_armed(
+    backend: Backend, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """A context with no timer armed keeps the fast path; an armed one leaves it until it
+    fires (a fired one-shot timer is active but disarmed, and costs nothing)."""
+    a, b = pair
+    with Context(backend) as ctx:
+        ctx.add(b, Event.READ)
+        assert ctx._fast_poll is not None
+        timer = ctx.add(TimerHandle(0), Event.TIMER)
+        assert ctx._fast_poll is None
+        assert ctx.wait(0) == [timer]
+        assert timer.is_active() and len(ctx) == 2
+        assert ctx._fast_poll is not None
+        timer.modify_events(Event.TIMER)
+        assert ctx._fast_poll is None
+        timer.remove()
+        assert ctx._fast_poll is not None
+
+
+def test_re_arming_keeps_the_timer_heap_bounded() -> None:
+    """Re-arming leaves the old heap entry behind; the queue rebuilds before they pile up."""
+    with Context() as ctx:
+        watchers = [ctx.add(TimerHandle(3600), Event.TIMER) for _ in range(10)]
+        for _ in range(1_000):
+            for watcher in watchers:
+                watcher.modify_events(Event.TIMER)
+        timers: TimerQueue = ctx._timers
+        assert len(timers) == 10
+        assert len(timers._heap) <= 2 * 10 + 64 + 1
+
+
+def test_a_due_timer_is_found_among_ten_thousand_armed() -> None:
+    with Context() as ctx:
+        for _ in range(10_000):
+            ctx.add(TimerHandle(3600), Event.TIMER)
+        soon = ctx.add(TimerHandle(0.01), Event.TIMER, "soon")
+        assert ctx.wait(5) == [soon]
+        assert ctx.wait(0) == []
+        assert len(ctx) == 10_001
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_the_fast_path_hands_a_notify_report_to_the_general_path(backend: Backend) -> None:
+    """Only a plain stream watcher's report is decoded by the fast path (Python or C): a
+    notify watcher's fd is readable, and it reports NOTIFY, never READ."""
+    notify = NotifyHandle()
+    with Context(backend) as ctx:
+        watcher = ctx.add(notify, Event.NOTIFY)
+        assert not watcher._plain
+        assert ctx._fast_poll is not None  # nothing armed: wait() starts on the fast path
+        notify.notify()
+        assert ctx.wait(1) == [watcher]
+        assert watcher.triggered_events == Event.NOTIFY
+    notify.close()
+
+
+@needs_signal_handles
+def test_a_collected_context_gives_back_its_signal_block() -> None:
+    before = blocked()
+    assert signal.SIGUSR1 not in before
+    ctx = Context()
+    watcher = ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+    assert signal.SIGUSR1 in blocked()
+    del ctx
+    gc.collect()
+    assert not watcher.is_active()
+    assert blocked() == before
+
+
+@needs_signal_handles
+def test_a_signal_blocked_before_stays_blocked() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+    try:
+        with Context() as ctx:
+            ctx.add(SignalHandle([signal.SIGUSR2]), Event.SIGNAL)
+        assert signal.SIGUSR2 in blocked()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR2])
+
+
+@needs_signal_handles
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_the_signals_unblocked() -> None:
+    """os.register_at_fork gives a fork() child the mask it would have had without us."""
+    reader, writer = os.pipe()
+    with Context() as ctx:
+        ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+        pid = os.fork()
+        if pid == 0:  # the child: report whether SIGUSR1 is blocked, and leave at once
+            os.write(writer, b"blocked" if signal.SIGUSR1 in blocked() else b"free")
+            os._exit(0)
+        os.close(writer)
+        answer = os.read(reader, 16)
+        os.close(reader)
+        os.waitpid(pid, 0)
+        assert signal.SIGUSR1 in blocked()  # the parent keeps its block
+    assert answer == b"free"
+
+
+@needs_signal_handles
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_subprocess_child_inherits_the_block_as_documented() -> None:
+    """What Python cannot give (README): subprocess's fork runs no Python code, so its
+    children start with the watched signals blocked, unless the caller unblocks them."""
+    script = "print(open('/proc/self/status').read().split('SigBlk:')[1].split()[0])"
+    bit = 1 << (signal.SIGUSR1 - 1)
+    with Context() as ctx:
+        ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+        inherited = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        )
+        unblocked = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1]),
+        )
+    assert int(inherited.stdout, 16) & bit
+    assert not int(unblocked.stdout, 16) & bit
+
+
+@needs_signal_handles
+def test_a_refused_add_leaves_no_block_behind() -> None:
+    """Nothing half-registered (SPEC 1): an add the OS refuses gives the block back."""
+    handle = SignalHandle([signal.SIGUSR1])
+    before = blocked()
+    with Context() as ctx:
+        ctx.add(handle, Event.SIGNAL)
+        with pytest.raises(iopoll.HandleAlreadyWatchedError):
+            ctx.add(handle, Event.SIGNAL)
+        assert signal.SIGUSR1 in blocked()
+    assert blocked() == before
