@@ -766,8 +766,9 @@ class Context(_Uncopyable):
     def _lose(self, watcher: Watcher) -> None:
         """The object of ``watcher``'s weak handle was collected: retire it at the next
         ``wait()``.  Called by the garbage collector, so it only takes note."""
-        self._lost.append(watcher)
-        self._refresh_fast_path()
+        if not self._closed:
+            self._lost.append(watcher)
+            self._refresh_fast_path()
 
     def _report_removed(self) -> None:
         """The start of a ``wait()``: retire the watchers whose weak handle's object was

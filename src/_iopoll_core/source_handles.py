@@ -72,6 +72,8 @@ def duration_ns(value: object, argument: str) -> int:
             raise ValueError(f"{argument} must be a number of seconds, not NaN")
         if math.isinf(value):
             raise ValueError(f"{argument} must be finite, not {value}")
+        if value > MAX_DURATION_NS / 1e9:  # before the product, which could overflow
+            raise ValueError(f"{argument} is too large: at most {MAX_DURATION_NS} nanoseconds")
         ns = round(value * 1e9)
     else:
         raise TypeError(
@@ -82,7 +84,7 @@ def duration_ns(value: object, argument: str) -> int:
         raise ValueError(f"{argument} must not be negative, not {value!r}")
     if ns > MAX_DURATION_NS:
         raise ValueError(f"{argument} is too large: at most {MAX_DURATION_NS} nanoseconds")
-    return ns
+    return int(ns)
 
 
 class TimerHandle(SourceHandle):
