@@ -46,7 +46,7 @@ def test_the_fast_path_is_off_only_while_a_timer_is_armed(
 ) -> None:
     """A context with no timer armed keeps the fast path; an armed one leaves it until it
     fires (a fired one-shot timer is active but disarmed, and costs nothing)."""
-    a, b = pair
+    _, b = pair
     with Context(backend) as ctx:
         ctx.add(b, Event.READ)
         assert ctx._fast_poll is not None

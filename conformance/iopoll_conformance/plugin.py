@@ -41,6 +41,12 @@ GROUPS: dict[str, str] = {
     "files": "files",
     "closed": "closed streams",
     "differential": "differential",
+    "timers": "timers",
+    "notify": "notify",
+    "signals": "signals",
+    "processes": "processes",
+    "weak": "weak handles",
+    "removed": "removal callbacks",
     "extras": "strict extras",
 }
 

@@ -15,8 +15,14 @@ from .groups.extras import StrictExtraRules
 from .groups.files import FileRules
 from .groups.handles import HandleRules
 from .groups.lifecycle import LifecycleRules
+from .groups.notify import NotifyRules
 from .groups.oneshot import OneShotRules
+from .groups.processes import ProcessRules
+from .groups.removed import RemovalCallbackRules
+from .groups.signals import SignalRules
+from .groups.timers import TimerRules
 from .groups.wait import WaitRules
+from .groups.weak import WeakHandleRules
 
 
 class ConformanceSuite(
@@ -34,6 +40,12 @@ class ConformanceSuite(
     FileRules,
     ClosedStreamRules,
     DifferentialRules,
+    TimerRules,
+    NotifyRules,
+    SignalRules,
+    ProcessRules,
+    WeakHandleRules,
+    RemovalCallbackRules,
     StrictExtraRules,
 ):
     """Subclass this in a pytest module to run the whole suite against an implementation::

@@ -75,6 +75,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_contexts_after_fork)
 
 
+def _deactivate(*tables: dict[Any, Watcher]) -> None:
+    """The watchers of a context that closes or is collected become inactive."""
+    for table in tables:
+        for watcher in table.values():
+            # A watcher whose stream was closed first stays retired: its remove() is a no-op.
+            watcher._state = REMOVED if watcher._stream_open() else RETIRED
+
+
 def _no_fd() -> int:
     # A timer watcher's fd probe: it answers the fd it was added with (-1), so the checks
     # of a stream's liveness always find a timer alive.
@@ -169,6 +177,9 @@ class Context(_Uncopyable):
         self._max_timeout = mechanism.max_timeout
         self._use(mechanism)
         _contexts.add(self)
+        # A context that is collected behaves as closed for its watchers (SPEC 4): the
+        # finalizer holds the watcher tables, not the context.
+        weakref.finalize(self, _deactivate, self._watchers, self._timers.watchers).atexit = False
 
     # -- public API -------------------------------------------------------------------
 
@@ -198,11 +209,7 @@ class Context(_Uncopyable):
         if self._closed:
             return
         self._closed = True
-        for watcher in self._watchers.values():
-            # A watcher whose stream was closed first stays retired: its remove() is a no-op.
-            watcher._state = REMOVED if watcher._stream_open() else RETIRED
-        for watcher in self._timers.watchers.values():
-            watcher._state = REMOVED
+        _deactivate(self._watchers, self._timers.watchers)
         self._watchers.clear()
         self._buffered.clear()
         self._leftovers.clear()

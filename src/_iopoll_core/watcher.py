@@ -149,9 +149,8 @@ class Watcher(_Uncopyable):
             return
         context = self._context()
         if self._state != ACTIVE or context is None:
-            if self._state == ACTIVE and not self._stream_open():
-                self._state = RETIRED  # closed while its context was being collected
-                return
+            # Removed, or its context closed or collected (which left it REMOVED, or RETIRED
+            # if its stream was closed first).
             raise InactiveWatcherError("Cannot remove inactive watcher")
         context._remove(self)
 

@@ -15,6 +15,7 @@ by default, run with ``--strict-extras``.
 from __future__ import annotations
 
 import gc
+import signal
 import sys
 import warnings
 import weakref
@@ -28,6 +29,16 @@ from ..process import in_child
 from ..support import Capabilities, reported, short_wait, socketpair
 from .errors import check_flag_refused
 from .lifecycle import check_inactive, fork_refusals
+from .processes import (
+    EXIT_ON_INPUT,
+    PATIENCE,
+    children,
+    finish_child,
+    process_handles_here,
+    start_child,
+)
+from .signals import posix_signals, signal_handles_here, signal_sandbox
+from .timers import require
 
 
 def skip_unless_stated(stated: bool, strict_extras_on: bool, why: str) -> None:
@@ -302,3 +313,102 @@ class StrictExtraRules:
         watcher.modify_events([api.Event.READ, api.Event.EDGE_TRIGGERED])
         assert reported(short_wait(ctx)) == {"b": api.Event.READ}
         assert short_wait(ctx) == []
+
+    # -- SPEC 10: handles that are not streams ---------------------------------------------
+
+    def test_poll_timer_handle_basic_is_handle(self, api: ModuleType) -> None:
+        """B.76, B.82, php-src poll_timer_handle_basic.phpt, poll_notify_handle_basic.phpt:
+        timer, notify, signal and process handles are Handles.
+
+        SPEC 10 says what each handle does, not what it derives from.
+        """
+        timer = require(api, "TimerHandle")(1)
+        notify = require(api, "NotifyHandle")()
+        try:
+            assert isinstance(timer, api.Handle)
+            assert isinstance(notify, api.Handle)
+        finally:
+            notify.close()
+        signal_handle = getattr(api, "SignalHandle", None)
+        usr1 = getattr(signal, "SIGUSR1", None)
+        if signal_handle is not None and usr1 is not None:
+            assert isinstance(signal_handle([usr1]), api.Handle)
+        process_handle = getattr(api, "ProcessHandle", None)
+        if process_handle is not None:
+            with children() as started:
+                handle = process_handle.from_popen(
+                    start_child(started, "import time; time.sleep(60)")
+                )
+                assert isinstance(handle, api.Handle)
+
+    def test_poll_weakhandle_not_constructible(
+        self, api: ModuleType, pair: tuple[Any, Any]
+    ) -> None:
+        """B.69, php-src poll_weakhandle_exposure.phpt: StreamPollWeakHandle(s) is a TypeError:
+        create(s) is the way (PHP's constructor is private).
+
+        SPEC 10 names create() and says nothing of calling the class.
+        """
+        weak = require(api, "StreamPollWeakHandle")
+        with pytest.raises(TypeError):
+            weak(pair[0])
+
+    def test_poll_weakhandle_stream_gc_frees_watcher(self, api: ModuleType, ctx: Any) -> None:
+        """B.71, php-src poll_weakhandle_stream_gc.phpt: once its stream is collected and it
+        left the context, nothing keeps a weak handle's watcher or the handle alive.
+
+        SPEC 10 says the watchers leave every context, not that nothing else holds them.
+        """
+        weak = require(api, "StreamPollWeakHandle")
+        a, b = socketpair()
+        try:
+            handle = weak.create(b)
+            refs = [weakref.ref(handle), weakref.ref(ctx.add(handle, api.Event.READ))]
+            del handle, b
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)
+                gc.collect()
+            assert short_wait(ctx) == []
+            gc.collect()
+            assert [ref() for ref in refs] == [None, None]
+        finally:
+            a.close()
+
+    def test_poll_process_handle_collected_elsewhere_status(
+        self, api: ModuleType, ctx: Any
+    ) -> None:
+        """B.94, php-src poll_process_handle_collected_elsewhere.phpt: a child reaped elsewhere
+        is reported with ``status`` None; the watcher stays active until removed (B.92).
+
+        SPEC 10 gives the status "once it exited and was not reaped elsewhere", and says
+        nothing of the watcher after its one report.
+        """
+        process_handle = process_handles_here(api, ctx)
+        with children() as started:
+            child = start_child(started, EXIT_ON_INPUT, piped=True)
+            handle = process_handle.from_popen(child)
+            watcher = ctx.add(handle, api.Event.PROCESS)
+            finish_child(child, 0)
+            assert child.wait(PATIENCE) == 0
+            assert ctx.wait(PATIENCE) == [watcher]
+            assert handle.status is None
+            assert watcher.is_active()
+            watcher.remove()
+            assert not watcher.is_active()
+
+    def test_poll_signal_handle_child_mask(self, api: ModuleType, ctx: Any) -> None:
+        """B.90, php-src poll_signal_handle_child_mask.phpt: a child forked while a signal is
+        watched does not inherit its block; the parent keeps it blocked.
+
+        SPEC 10 asks this to be documented (os.register_at_fork), as what Python can give.
+        """
+        signal_handle = signal_handles_here(api, ctx)
+        with signal_sandbox():
+            usr1, _usr2 = posix_signals()
+            watcher = ctx.add(signal_handle([usr1]), api.Event.SIGNAL)
+            report = in_child(
+                lambda: {"blocked": usr1 in signal.pthread_sigmask(signal.SIG_BLOCK, [])}
+            )
+            assert report == {"blocked": False}
+            assert usr1 in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            watcher.remove()
