@@ -182,3 +182,39 @@ def test_bench_aio_counts_instructions_per_round_trip() -> None:
     counts = [float(cell.replace(",", "")) for cell in row[1:3]]
     # A round trip is a wait, a recv() and a send() at least: thousands of instructions.
     assert all(count > 1000 for count in counts), row
+
+
+def test_handles_prints_the_timer_tables_and_the_wake_up_latencies() -> None:
+    output = run("-m", "benchmarks.handles", "--round-trips", "30", "--rounds", "2",
+                 "--samples", "6", "--armed", "0", "50", "--due", "1", "3", "--quiet")
+    tables = [
+        [row for row in table_rows(chunk) if row[0] and not set(row[0]) <= set("-:")]
+        for chunk in output.split("\nTable ")[1:]
+    ]
+    assert len(tables) == 3, output
+    (armed_header, *armed), (due_header, *due), (latency_header, *latency) = tables
+    assert armed_header[:3] == ["A armed", "select.epoll", "iopoll EPOLL, no timer"]
+    assert [row[0] for row in armed] == ["0", "50"]
+    for row in armed:
+        assert all("/s" in row[i] for i in (1, 2, 4)) and row[5].endswith(")"), row
+    assert due_header[4:6] == ["timers / armed only", "timer reports/wait"]
+    assert [row[0] for row in due] == ["1", "3", "3 + 10,000 armed"]
+    # Every wait reports each due timer once (a periodic timer far behind skips, no burst).
+    assert [float(row[5]) for row in due] == [1.0, 3.0, 3.0], due
+    assert latency_header[:5] == ["wake-up", "samples", "median us", "p90 us", "p99 us"]
+    titles = [row[0] for row in latency]
+    assert titles[:4] == [
+        "epoll + eventfd (bare)", "iopoll Context + NotifyHandle",
+        "asyncio call_soon_threadsafe", "iopoll.aio call_soon_threadsafe",
+    ]
+    for row in latency:
+        assert row[1] == "6" and all(float(cell) > 0 for cell in row[2:5]), row
+
+
+def test_handles_rejects_nonsense_flags() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.handles", "--samples", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--samples" in done.stderr
