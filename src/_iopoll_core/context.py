@@ -101,11 +101,13 @@ class Context(_Uncopyable):
         "_mechanism",
         "_usable",
         "_fast_poll",
+        "_native_fd",
         "_decode",
         "_max_timeout",
         "_closed",
         "_self_ref",
         "_watchers",
+        "_by_fd",
         "_buffered",
         "_stale_fds",
         "_leftovers",
@@ -128,9 +130,15 @@ class Context(_Uncopyable):
     # The mechanism's poll while wait() may take its fast path: usable, and no buffered
     # bytes or leftovers to merge.  None sends every wait() down the general path.
     _fast_poll: Callable[[float, int], list[tuple[int, int]]] | None
+    # While the fast path is on: the fd of the mechanism's OS object that the C fast path
+    # waits on itself (Mechanism.native_fd), else -1.  Pure Python never reads it.
+    _native_fd: int
     _decode: DecodeTable
     _max_timeout: float
     _watchers: dict[int, Watcher]
+    # The same watchers as a list indexed by fd (None where there is none): how the C fast
+    # path finds a report's watcher without hashing.  Kept by _remember and _forget.
+    _by_fd: list[Watcher | None]
     _buffered: dict[int, Watcher]  # watchers whose stream can hold bytes (pending())
     _stale_fds: set[int]  # fds the OS may still hold registrations for
     _leftovers: dict[int, int]  # fd -> raw bits cut by max_events (0: ask the OS again)
@@ -165,6 +173,7 @@ class Context(_Uncopyable):
         self._closed = False
         self._self_ref = weakref.ref(self)
         self._watchers = {}
+        self._by_fd = []
         self._buffered = {}
         self._stale_fds = set()
         self._leftovers = {}
@@ -211,6 +220,7 @@ class Context(_Uncopyable):
         self._closed = True
         _deactivate(self._watchers, self._timers.watchers)
         self._watchers.clear()
+        self._by_fd.clear()
         self._buffered.clear()
         self._leftovers.clear()
         self._timers.clear()
@@ -718,8 +728,10 @@ class Context(_Uncopyable):
             or self._removed
         ):
             self._fast_poll = None
+            self._native_fd = -1
         else:
             self._fast_poll = mechanism.poll
+            self._native_fd = mechanism.native_fd
 
     def _use(self, mechanism: Mechanism | None, *, usable: bool = True) -> None:
         """Make ``mechanism`` this context's OS object (None: closed), usable or not."""
@@ -731,6 +743,10 @@ class Context(_Uncopyable):
         """Record a new watcher under its fd."""
         fd = watcher._fd
         self._watchers[fd] = watcher
+        by_fd = self._by_fd
+        if fd >= len(by_fd):
+            by_fd.extend([None] * (fd + 1 - len(by_fd)))
+        by_fd[fd] = watcher
         if callable(getattr(getattr(watcher._handle, "stream", None), "pending", None)):
             self._buffered[fd] = watcher
             self._refresh_fast_path()
@@ -738,6 +754,7 @@ class Context(_Uncopyable):
     def _forget(self, fd: int) -> None:
         """Drop every record of ``fd``: its watcher, buffered bytes and left-over report."""
         del self._watchers[fd]
+        self._by_fd[fd] = None
         self._buffered.pop(fd, None)
         self._leftovers.pop(fd, None)
         release = self._releases.pop(fd, None)

@@ -39,6 +39,10 @@ class Mechanism:
     errno_codes: ClassVar[dict[int, ErrorCode]] = {}
     # Raw readiness bits -> Event.
     decode: ClassVar[DecodeTable]
+    # The fd of an epoll object that iopoll's C fast path may call epoll_wait(2) on itself,
+    # reading each report's fd from its data (CPython's epoll registers data.fd = fd); -1
+    # for every other mechanism, whose fast path calls ``poll``.
+    native_fd: int = -1
 
     def register(self, fd: int, events: int) -> None:
         """Start watching ``fd`` for ``events`` (``Event`` bits, modes included)."""

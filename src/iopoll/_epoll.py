@@ -63,6 +63,7 @@ class EpollMechanism(Mechanism):
         self._epoll = select.epoll()
         # epoll.poll(timeout_seconds, maxevents) already has the Mechanism.poll signature.
         self.poll = self._epoll.poll
+        self.native_fd = self._epoll.fileno()
 
     def register(self, fd: int, events: int) -> None:
         self._epoll.register(fd, epoll_mask(events))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import sys
+import warnings
 
 from _iopoll_core.backend import BackendBase
 from _iopoll_core.context import Context as _EngineContext
@@ -106,7 +107,17 @@ def _accelerate() -> bool:
         from . import _speedups
     except ImportError:  # built without a C compiler
         return False
-    _speedups.install(Context, Watcher)
+    try:
+        _speedups.install(Context, Watcher)
+    except (TypeError, AttributeError, RuntimeError) as exc:
+        # The classes' slots are not what the C code reads (a CPython whose descriptors
+        # changed, or a mismatched build): run the reference, and say so.
+        warnings.warn(
+            f"iopoll: the C accelerator could not be installed ({exc}); running pure Python",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
     return True
 
 

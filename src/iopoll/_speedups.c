@@ -1,8 +1,14 @@
 /* iopoll._speedups: Context.wait()'s fast path in C.
  *
  * The pure-Python Context.wait() (src/_iopoll_core/context.py) is the reference; this is the
- * same fast path, line for line, without the interpreter's frame and bytecode around it.
- * Everything that is not that path goes back to the Context's Python methods:
+ * same fast path, line for line, without the interpreter's frame and bytecode around it.  On
+ * EPOLL it goes one step further: where the Python path calls select.epoll.poll(), which
+ * builds a list of (fd, bits) tuples that the loop then looks up in a dict, this calls
+ * epoll_wait(2) itself on the Context's epoll fd (_native_fd), with the GIL released, into
+ * an array on the stack, and finds each report's watcher in the Context's fd-indexed list
+ * (_by_fd): no tuple, no hash per report.  EINTR is PEP 475's: the signal handlers run, an
+ * exception from one leaves wait() as it is, and otherwise the wait goes on for the time
+ * that is left.  Everything that is not that path goes back to the Context's Python methods:
  *
  *   self._wait(timeout, microseconds, max_events)   any other form of wait()
  *   self._poll_failed(exc)                          the mechanism's poll raised OSError
@@ -21,7 +27,20 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if PY_VERSION_HEX < 0x030C0000
+/* The member API's names before 3.12 (structmember.h, since deprecated). */
 #include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+#include <errno.h>
+#include <math.h>
+#include <time.h>
+#ifdef __linux__
+#include <sys/epoll.h>
+#define IOPOLL_HAVE_EPOLL 1
+#endif
 
 /* The slots used, as PyMemberDef pointers taken from the classes' member descriptors.  They
  * stay valid while the classes live; install() keeps a reference to both classes. */
@@ -29,6 +48,7 @@ typedef struct {
     PyTypeObject *context_type;
     PyTypeObject *watcher_type;
     PyMemberDef *fast_poll, *watchers, *decode, *max_timeout;  /* Context */
+    PyMemberDef *native_fd, *by_fd;                             /* Context */
     PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
@@ -145,24 +165,16 @@ general_wait(PyObject *self, PyObject **arguments)
     return result;
 }
 
-/* 1: the report was handled (watcher appended to ready); 0: it needs care; -1: error. */
+/* One report about `watcher` (borrowed; any object): decode it and set the watcher's
+ * _triggered, as the Python fast path's loop body does.  1: done; 0: it needs care (not a
+ * watcher, one-shot, not a stream, closed, a bit the table lacks); -1: error. */
 static int
-take_report(PyObject *report, PyObject *watchers, PyObject *decode, PyObject *ready)
+decode_report(PyObject *watcher, PyObject *fd, PyObject *bits, PyObject *decode)
 {
-    if (!PyTuple_CheckExact(report) || PyTuple_GET_SIZE(report) != 2) {
-        return 0;
-    }
-    PyObject *fd = PyTuple_GET_ITEM(report, 0);
-    PyObject *bits = PyTuple_GET_ITEM(report, 1);
-
-    PyObject *watcher = PyDict_GetItemWithError(watchers, fd); /* borrowed */
-    if (watcher == NULL) {
-        return PyErr_Occurred() ? -1 : 0; /* no watcher: a stale registration */
-    }
     if (!PyObject_TypeCheck(watcher, slots.watcher_type)) {
         return 0;
     }
-    Py_INCREF(watcher); /* the probe below may run code that drops it from the dict */
+    Py_INCREF(watcher); /* the probe below may run code that drops it from the Context */
     int handled = 0;
     PyObject *plain = NULL, *probe = NULL, *probed = NULL, *triggered;
 
@@ -200,8 +212,7 @@ take_report(PyObject *report, PyObject *watchers, PyObject *decode, PyObject *re
         }
         goto done; /* a bit the table lacks (POLLNVAL): _collect */
     }
-    if (PyMember_SetOne((char *)watcher, slots.triggered, triggered) < 0
-        || PyList_Append(ready, watcher) < 0) {
+    if (PyMember_SetOne((char *)watcher, slots.triggered, triggered) < 0) {
         goto error;
     }
     handled = 1;
@@ -215,6 +226,179 @@ done:
     Py_DECREF(watcher);
     return handled;
 }
+
+/* 1: the (fd, bits) report was handled (its watcher appended to ready); 0: it needs care;
+ * -1: error. */
+static int
+take_report(PyObject *report, PyObject *watchers, PyObject *decode, PyObject *ready)
+{
+    if (!PyTuple_CheckExact(report) || PyTuple_GET_SIZE(report) != 2) {
+        return 0;
+    }
+    PyObject *fd = PyTuple_GET_ITEM(report, 0);
+    PyObject *watcher = PyDict_GetItemWithError(watchers, fd); /* borrowed */
+    if (watcher == NULL) {
+        return PyErr_Occurred() ? -1 : 0; /* no watcher: a stale registration */
+    }
+    Py_INCREF(watcher);
+    int handled = decode_report(watcher, fd, PyTuple_GET_ITEM(report, 1), decode);
+    if (handled == 1 && PyList_Append(ready, watcher) < 0) {
+        handled = -1;
+    }
+    Py_DECREF(watcher);
+    return handled;
+}
+
+/* Raise what wait() raises for the OSError set now: Context._poll_failed decides (a signal
+ * handler's exception is never an OSError here: PyErr_CheckSignals returned it already). */
+static void
+poll_failed(PyObject *self)
+{
+    PyObject *exc = fetch_exception();
+    PyObject *failed = call_method(self, slots.str_poll_failed, &exc, 1);
+    Py_DECREF(exc);
+    if (failed != NULL) { /* it always raises */
+        Py_DECREF(failed);
+        PyErr_SetString(PyExc_SystemError, "Context._poll_failed() returned");
+    }
+}
+
+#ifdef IOPOLL_HAVE_EPOLL
+
+/* Reports that fit on the stack; more watchers than this get a heap array per call. */
+#define STACK_EVENTS 64
+
+static double
+monotonic_seconds(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* time.monotonic()'s clock on Linux */
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static int
+milliseconds(double seconds)
+{
+    /* Rounded up, as CPython's epoll.poll() does, so that a wait never ends early; the
+     * caller keeps seconds within Mechanism.max_timeout, which fits in an int of ms. */
+    double ms = ceil(seconds * 1e3);
+    return ms > (double)INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* wait()'s fast path on EPOLL: epoll_wait(2) on `epfd` for up to `seconds` (< 0: forever)
+ * and `nwatchers` reports.  Returns the ready watchers, or what _finish_wait makes of the
+ * reports when one needs care; NULL with an exception set. */
+static PyObject *
+epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *seconds_obj,
+                double seconds, PyObject *started)
+{
+    struct epoll_event stack[STACK_EVENTS];
+    struct epoll_event *events = stack;
+    int maxevents = nwatchers > INT_MAX ? INT_MAX : (int)nwatchers;
+    if (maxevents > STACK_EVENTS) {
+        events = PyMem_New(struct epoll_event, (size_t)maxevents);
+        if (events == NULL) {
+            return PyErr_NoMemory();
+        }
+    }
+    PyObject *by_fd = NULL, *decode = NULL, *ready = NULL, *result = NULL;
+    int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
+    double deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
+    int count;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        count = epoll_wait(epfd, events, maxevents, timeout);
+        Py_END_ALLOW_THREADS
+        if (count >= 0) {
+            break;
+        }
+        if (errno != EINTR) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            poll_failed(self);
+            goto finally;
+        }
+        /* PEP 475: run the handlers; one that raises ends wait() with its exception. */
+        if (PyErr_CheckSignals() < 0) {
+            goto finally;
+        }
+        if (timeout > 0) {
+            double left = deadline - monotonic_seconds();
+            if (left <= 0.0) {
+                count = 0;
+                break;
+            }
+            timeout = milliseconds(left);
+        }
+    }
+
+    by_fd = get_slot(self, slots.by_fd);
+    decode = get_slot(self, slots.decode);
+    if (by_fd == NULL || decode == NULL) {
+        goto finally;
+    }
+    ready = PyList_New(count);
+    if (ready == NULL) {
+        goto finally;
+    }
+    int handled = PyList_CheckExact(by_fd) && PyDict_CheckExact(decode);
+    for (int i = 0; i < count && handled == 1; i++) {
+        int fd = events[i].data.fd;
+        /* Re-read each time: a probe may have run code that changed the Context. */
+        if (fd < 0 || fd >= PyList_GET_SIZE(by_fd)) {
+            handled = 0; /* no watcher: a stale registration */
+            break;
+        }
+        PyObject *watcher = Py_NewRef(PyList_GET_ITEM(by_fd, fd));
+        PyObject *fd_obj = PyLong_FromLong(fd);
+        PyObject *bits_obj = PyLong_FromUnsignedLong(events[i].events);
+        handled = (fd_obj == NULL || bits_obj == NULL)
+                      ? -1
+                      : decode_report(watcher, fd_obj, bits_obj, decode);
+        Py_XDECREF(fd_obj);
+        Py_XDECREF(bits_obj);
+        if (handled == 1) {
+            PyList_SET_ITEM(ready, i, watcher); /* the list takes the reference */
+        }
+        else {
+            Py_DECREF(watcher);
+        }
+    }
+    if (handled < 0) {
+        goto finally;
+    }
+    if (handled) {
+        result = Py_NewRef(ready);
+        goto finally;
+    }
+    /* A report needs care: all of them go, as (fd, bits) pairs, to _finish_wait. */
+    PyObject *raw = PyList_New(count);
+    if (raw == NULL) {
+        goto finally;
+    }
+    for (int i = 0; i < count; i++) {
+        PyObject *pair = Py_BuildValue("(ik)", events[i].data.fd,
+                                       (unsigned long)events[i].events);
+        if (pair == NULL) {
+            Py_DECREF(raw);
+            goto finally;
+        }
+        PyList_SET_ITEM(raw, i, pair);
+    }
+    PyObject *finish_args[3] = {raw, seconds_obj, started};
+    result = call_method(self, slots.str_finish_wait, finish_args, 3);
+    Py_DECREF(raw);
+
+finally:
+    Py_XDECREF(ready);
+    Py_XDECREF(decode);
+    Py_XDECREF(by_fd);
+    if (events != stack) {
+        PyMem_Free(events);
+    }
+    return result;
+}
+
+#endif /* IOPOLL_HAVE_EPOLL */
 
 static PyObject *
 fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -241,6 +425,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         result = general_wait(self, arguments);
         goto finally;
     }
+    double value = -1.0; /* the timeout in seconds; -1.0: none */
     if (timeout == Py_None) {
         seconds = Py_NewRef(slots.forever);
         started = Py_NewRef(slots.forever);
@@ -250,7 +435,6 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         if (max_timeout == NULL) {
             goto finally;
         }
-        double value;
         if (PyFloat_CheckExact(timeout)) {
             value = PyFloat_AS_DOUBLE(timeout);
         }
@@ -282,6 +466,23 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto finally;
     }
 
+#ifdef IOPOLL_HAVE_EPOLL
+    PyObject *native = get_slot(self, slots.native_fd);
+    if (native == NULL) {
+        goto finally;
+    }
+    long epfd = PyLong_Check(native) ? PyLong_AsLong(native) : -1;
+    Py_DECREF(native);
+    if (epfd == -1 && PyErr_Occurred()) {
+        goto finally;
+    }
+    if (epfd >= 0 && epfd <= INT_MAX) {
+        result = epoll_fast_wait(self, (int)epfd, PyDict_GET_SIZE(watchers), seconds, value,
+                                 started);
+        goto finally;
+    }
+#endif
+
     PyObject *poll_args[2] = {seconds, NULL};
     PyObject *registered = PyLong_FromSsize_t(PyDict_GET_SIZE(watchers));
     if (registered == NULL) {
@@ -292,13 +493,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     Py_DECREF(registered);
     if (raw == NULL) {
         if (PyErr_ExceptionMatches(PyExc_OSError)) {
-            PyObject *exc = fetch_exception();
-            PyObject *failed = call_method(self, slots.str_poll_failed, &exc, 1);
-            Py_DECREF(exc);
-            if (failed != NULL) { /* it always raises */
-                Py_DECREF(failed);
-                PyErr_SetString(PyExc_SystemError, "Context._poll_failed() returned");
-            }
+            poll_failed(self);
         }
         goto finally;
     }
@@ -375,10 +570,14 @@ member_of(PyTypeObject *type, const char *name)
     }
     PyMemberDef *member = NULL;
     if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+        /* CPython-only: a __slots__ descriptor's PyMemberDef, read from the descriptor's
+         * struct (no public API gives it).  If CPython changes that struct, the checks
+         * below refuse it, install() raises, iopoll runs pure Python with a warning, and
+         * tests/test_speedups.py::test_the_c_code_is_in_use_when_built fails loudly. */
         member = ((PyMemberDescrObject *)descriptor)->d_member;
     }
     Py_DECREF(descriptor);
-    if (member == NULL || member->type != T_OBJECT_EX || (member->flags & READONLY)) {
+    if (member == NULL || member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) {
         PyErr_Format(PyExc_TypeError, "%s.%s must be a writable __slots__ attribute",
                      type->tp_name, name);
         return NULL;
@@ -418,6 +617,8 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.watchers = member_of(context_type, "_watchers"))
         || !(found.decode = member_of(context_type, "_decode"))
         || !(found.max_timeout = member_of(context_type, "_max_timeout"))
+        || !(found.native_fd = member_of(context_type, "_native_fd"))
+        || !(found.by_fd = member_of(context_type, "_by_fd"))
         || !(found.plain = member_of(watcher_type, "_plain"))
         || !(found.probe = member_of(watcher_type, "_probe"))
         || !(found.triggered = member_of(watcher_type, "_triggered"))
@@ -465,20 +666,28 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyModuleDef_Slot module_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    /* One install() per process (the Slots above are static): not per interpreter. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     "iopoll._speedups",
     "Context.wait()'s fast path in C (optional; the pure-Python one is the reference).",
-    -1,
+    0,             /* m_size: no module state; install() binds to the classes it is given */
     module_methods,
-    NULL,  /* m_slots */
-    NULL,  /* m_traverse */
-    NULL,  /* m_clear */
-    NULL,  /* m_free */
+    module_slots,  /* multi-phase initialisation (PEP 489) */
+    NULL,          /* m_traverse */
+    NULL,          /* m_clear */
+    NULL,          /* m_free */
 };
 
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    return PyModule_Create(&speedups_module);
+    return PyModuleDef_Init(&speedups_module);
 }
