@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -41,24 +42,29 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
-def test_the_fast_path_is_off_only_while_a_timer_is_armed(
+def test_an_armed_timer_keeps_the_fast_path_and_bounds_its_wait(
     backend: Backend, pair: tuple[socket.socket, socket.socket]
 ) -> None:
-    """A context with no timer armed keeps the fast path; an armed one leaves it until it
-    fires (a fired one-shot timer is active but disarmed, and costs nothing)."""
-    _, b = pair
+    """The fast path stays on with timers armed: it knows the first deadline, cuts its OS
+    wait there, and leaves a due timer to the general path (which reports it first)."""
+    a, b = pair
     with Context(backend) as ctx:
-        ctx.add(b, Event.READ)
+        reader = ctx.add(b, Event.READ, "b")
+        assert ctx._fast_poll is not None and ctx._first_timer is None
+        timer = ctx.add(TimerHandle(0.05), Event.TIMER, "t")
         assert ctx._fast_poll is not None
-        timer = ctx.add(TimerHandle(0), Event.TIMER)
-        assert ctx._fast_poll is None
-        assert ctx.wait(0) == [timer]
-        assert timer.is_active() and len(ctx) == 2
-        assert ctx._fast_poll is not None
+        assert ctx._first_timer is not None
+        assert ctx._first_timer > time.monotonic()
+        assert ctx.wait(0) == []
+        assert ctx.wait(None) == [timer]  # wait(None) on the fast path ends at the deadline
+        assert ctx._first_timer is None  # fired, and disarmed
         timer.modify_events(Event.TIMER)
-        assert ctx._fast_poll is None
+        a.send(b"x")
+        assert ctx.wait(5) == [reader]  # the fd first: the timer is not due yet
+        time.sleep(0.06)
+        assert ctx.wait(0) == [timer, reader]  # both ready: the timer first
         timer.remove()
-        assert ctx._fast_poll is not None
+        assert ctx._first_timer is None
 
 
 def test_re_arming_keeps_the_timer_heap_bounded() -> None:

@@ -102,6 +102,7 @@ class Context(_Uncopyable):
         "_usable",
         "_fast_poll",
         "_native_fd",
+        "_first_timer",
         "_decode",
         "_max_timeout",
         "_closed",
@@ -133,6 +134,9 @@ class Context(_Uncopyable):
     # While the fast path is on: the fd of the mechanism's OS object that the C fast path
     # waits on itself (Mechanism.native_fd), else -1.  Pure Python never reads it.
     _native_fd: int
+    # The first armed timer's deadline (time.monotonic() seconds), None with none armed:
+    # the fast path cuts its OS wait there, and leaves a due timer to the general path.
+    _first_timer: float | None
     _decode: DecodeTable
     _max_timeout: float
     _watchers: dict[int, Watcher]
@@ -350,10 +354,22 @@ class Context(_Uncopyable):
                 return self._wait(timeout, microseconds, max_events)
             if type(microseconds) is not int:  # 0.0 or False: let _wait() refuse it
                 return self._wait(timeout, microseconds, max_events)
+            wait_for = seconds
+            first = self._first_timer
+            if first is not None:
+                # A timer is armed: a due one goes to the general path, which reports
+                # timers; otherwise the OS wait ends at its deadline at the latest.
+                left = first - time.monotonic()
+                if left <= 0:
+                    return self._wait(timeout, microseconds, max_events)
+                if seconds < 0 or left < seconds:
+                    wait_for = left
             try:
-                raw = poll(seconds, len(watchers))
+                raw = poll(wait_for, len(watchers))
             except OSError as exc:
                 self._poll_failed(exc)
+            if not raw and wait_for is not seconds:
+                return self._finish_wait(raw, seconds, started)  # the deadline cut it short
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which
             # is missing from the decode table) leave this loop for _collect; what it did
             # so far is only setting _triggered, which _collect sets again.
@@ -712,21 +728,16 @@ class Context(_Uncopyable):
 
     def _refresh_fast_path(self) -> None:
         """Let wait() take its fast path, unless something needs the general one: buffered
-        bytes, leftovers, armed timers, or watchers lost without remove() to report.
+        bytes, leftovers, or watchers lost without remove() to report; and tell it the first
+        timer's deadline.
 
         The mutators below (``_use``, ``_remember``, ``_forget``, ``_rebuild``, the timer
         and removal bookkeeping) call it wherever one of those changes, and the general wait
         when it is done: nothing else assigns ``_fast_poll``.
         """
         mechanism = self._usable
-        if (
-            mechanism is None
-            or self._buffered
-            or self._leftovers
-            or self._timers
-            or self._lost
-            or self._removed
-        ):
+        self._first_timer = self._timers.first_deadline() if self._timers else None
+        if mechanism is None or self._buffered or self._leftovers or self._lost or self._removed:
             self._fast_poll = None
             self._native_fd = -1
         else:

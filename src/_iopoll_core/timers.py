@@ -1,9 +1,9 @@
 """``TimerQueue``: a Context's armed timers, a heap of deadlines on the monotonic clock.
 
 Timers are the Context's, not the OS's, so that they work on every backend and in the
-polyfill, and cost nothing while none is armed (the Context's fast path is on then).  The
-Context bounds each OS wait by the first deadline and, when timers are due, puts them first
-in the result with their own ``max_events`` slots (SPEC 10).
+polyfill.  The Context bounds each OS wait by the first deadline (its fast path too, which
+reads it from ``Context._first_timer``) and, when timers are due, its general path puts them
+first in the result with their own ``max_events`` slots (SPEC 10).
 
 A ``wait()`` costs O(log n) per due timer, whatever the number armed: the heap is popped
 only for deadlines that have passed.  Disarming (remove, re-arm, close) does not search
@@ -57,13 +57,22 @@ class TimerQueue:
         if self._armed.pop(watcher, None) is not None:
             self._compact_if_mostly_dead()
 
+    def first_deadline(self) -> float | None:
+        """The first deadline in ``time.monotonic()`` seconds, or None if none is armed."""
+        deadline = self._first_ns()
+        return None if deadline is None else deadline / 1e9
+
     def seconds_to_next(self) -> float | None:
         """Seconds until the first deadline (0.0 if it has passed), or None if none is armed."""
+        deadline = self._first_ns()
+        return None if deadline is None else max(deadline - time.monotonic_ns(), 0) / 1e9
+
+    def _first_ns(self) -> int | None:
         heap, armed = self._heap, self._armed
         while heap:
             deadline, number, watcher = heap[0]
             if armed.get(watcher) == (deadline, number):
-                return max(deadline - time.monotonic_ns(), 0) / 1e9
+                return deadline
             heapq.heappop(heap)  # a dead entry
         return None
 

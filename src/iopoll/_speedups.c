@@ -48,7 +48,7 @@ typedef struct {
     PyTypeObject *context_type;
     PyTypeObject *watcher_type;
     PyMemberDef *fast_poll, *watchers, *decode, *max_timeout;  /* Context */
-    PyMemberDef *native_fd, *by_fd;                             /* Context */
+    PyMemberDef *native_fd, *by_fd, *first_timer;               /* Context */
     PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
@@ -287,10 +287,11 @@ milliseconds(double seconds)
 
 /* wait()'s fast path on EPOLL: epoll_wait(2) on `epfd` for up to `seconds` (< 0: forever)
  * and `nwatchers` reports.  Returns the ready watchers, or what _finish_wait makes of the
- * reports when one needs care; NULL with an exception set. */
+ * reports when one needs care, or when none came and `cut` says that a timer's deadline cut
+ * the wait short of `seconds_obj`; NULL with an exception set. */
 static PyObject *
 epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *seconds_obj,
-                double seconds, PyObject *started)
+                double seconds, PyObject *started, int cut)
 {
     struct epoll_event stack[STACK_EVENTS];
     struct epoll_event *events = stack;
@@ -340,7 +341,7 @@ epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *second
     if (ready == NULL) {
         goto finally;
     }
-    int handled = PyList_CheckExact(by_fd) && PyDict_CheckExact(decode);
+    int handled = PyList_CheckExact(by_fd) && PyDict_CheckExact(decode) && !(cut && !count);
     for (int i = 0; i < count && handled == 1; i++) {
         int fd = events[i].data.fd;
         /* Re-read each time: a probe may have run code that changed the Context. */
@@ -410,6 +411,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     PyObject *timeout = arguments[0], *microseconds = arguments[1];
     PyObject *poll = NULL, *watchers = NULL, *decode = NULL, *max_timeout = NULL;
     PyObject *seconds = NULL, *started = NULL, *raw = NULL, *ready = NULL, *result = NULL;
+    PyObject *first = NULL, *now = NULL, *wait_obj = NULL;
 
     /* wait()'s fast path: as in Python, a microseconds that is not the int 0 (0.0, False)
      * goes to _wait(), which refuses it. */
@@ -466,6 +468,34 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto finally;
     }
 
+    /* A timer is armed: a due one goes to _wait(), which reports timers; otherwise the OS
+     * wait ends at its deadline at the latest (`cut`), and _finish_wait goes on from there. */
+    double wait_value = value;
+    int cut = 0;
+    first = get_slot(self, slots.first_timer);
+    if (first == NULL) {
+        goto finally;
+    }
+    if (first != Py_None) {
+        double deadline = PyFloat_AsDouble(first);
+        if (deadline == -1.0 && PyErr_Occurred()) {
+            goto finally;
+        }
+        now = PyObject_CallNoArgs(slots.monotonic);
+        if (now == NULL) {
+            goto finally;
+        }
+        double left = deadline - PyFloat_AsDouble(now);
+        if (!(left > 0.0)) {
+            result = general_wait(self, arguments);
+            goto finally;
+        }
+        if (value < 0.0 || left < value) {
+            wait_value = left;
+            cut = 1;
+        }
+    }
+
 #ifdef IOPOLL_HAVE_EPOLL
     PyObject *native = get_slot(self, slots.native_fd);
     if (native == NULL) {
@@ -477,13 +507,19 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto finally;
     }
     if (epfd >= 0 && epfd <= INT_MAX) {
-        result = epoll_fast_wait(self, (int)epfd, PyDict_GET_SIZE(watchers), seconds, value,
-                                 started);
+        result = epoll_fast_wait(self, (int)epfd, PyDict_GET_SIZE(watchers), seconds,
+                                 wait_value, started, cut);
         goto finally;
     }
 #endif
 
-    PyObject *poll_args[2] = {seconds, NULL};
+    if (cut) {
+        wait_obj = PyFloat_FromDouble(wait_value);
+        if (wait_obj == NULL) {
+            goto finally;
+        }
+    }
+    PyObject *poll_args[2] = {cut ? wait_obj : seconds, NULL};
     PyObject *registered = PyLong_FromSsize_t(PyDict_GET_SIZE(watchers));
     if (registered == NULL) {
         goto finally;
@@ -503,7 +539,8 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto finally;
     }
     int handled = 0;
-    if (PyList_CheckExact(raw) && PyDict_CheckExact(decode)) {
+    if (PyList_CheckExact(raw) && PyDict_CheckExact(decode)
+        && !(cut && PyList_GET_SIZE(raw) == 0)) {
         ready = PyList_New(0);
         if (ready == NULL) {
             goto finally;
@@ -526,6 +563,9 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     }
 
 finally:
+    Py_XDECREF(wait_obj);
+    Py_XDECREF(now);
+    Py_XDECREF(first);
     Py_XDECREF(ready);
     Py_XDECREF(raw);
     Py_XDECREF(started);
@@ -619,6 +659,7 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.max_timeout = member_of(context_type, "_max_timeout"))
         || !(found.native_fd = member_of(context_type, "_native_fd"))
         || !(found.by_fd = member_of(context_type, "_by_fd"))
+        || !(found.first_timer = member_of(context_type, "_first_timer"))
         || !(found.plain = member_of(watcher_type, "_plain"))
         || !(found.probe = member_of(watcher_type, "_probe"))
         || !(found.triggered = member_of(watcher_type, "_triggered"))
