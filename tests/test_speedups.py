@@ -88,6 +88,44 @@ def test_install_refuses_a_second_call() -> None:
     assert _python(code, IOPOLL_PURE_PYTHON="0").split() == ["refused", "True"]
 
 
+@needs_speedups
+def test_install_refuses_classes_without_the_slots_it_reads() -> None:
+    """The C code reads __slots__ through their member descriptors: a class missing one,
+    or holding it as something else, is refused by name, and nothing is installed."""
+    code = (
+        "import iopoll\n"
+        "from iopoll import _speedups\n"
+        "class Lacking(iopoll.Context):\n"
+        "    _by_fd = None\n"
+        "try:\n"
+        "    _speedups.install(Lacking, iopoll.Watcher)\n"
+        "except TypeError as exc:\n"
+        "    print('refused', '_by_fd' in str(exc), 'wait' in Lacking.__dict__)\n"
+    )
+    assert _python(code, IOPOLL_PURE_PYTHON="1").split() == ["refused", "True", "False"]
+
+
+def test_a_failed_install_warns_and_runs_pure_python() -> None:
+    """If install() refuses iopoll's own classes (a CPython whose descriptors changed),
+    ``import iopoll`` still works: pure Python, with a RuntimeWarning that says so."""
+    code = (
+        "import sys, types, warnings\n"
+        "fake = types.ModuleType('iopoll._speedups')\n"
+        "def install(context_type, watcher_type):\n"
+        "    raise TypeError('Context._by_fd must be a writable __slots__ attribute')\n"
+        "fake.install = install\n"
+        "sys.modules['iopoll._speedups'] = fake\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import iopoll\n"
+        "print(iopoll._native.ACCELERATED, 'wait' in iopoll.Context.__dict__)\n"
+        "print([str(w.message) for w in caught if w.category is RuntimeWarning])\n"
+    )
+    first, second = _python(code, IOPOLL_PURE_PYTHON="0").splitlines()
+    assert first == "False False"
+    assert "could not be installed" in second and "_by_fd" in second
+
+
 def test_wait_has_the_same_signature_and_a_docstring() -> None:
     def shape(function: Any) -> list[tuple[str, Any]]:
         return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
