@@ -8,7 +8,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from iopoll.loop import Driver
+from iopoll.loop import Driver, InvalidCallbackError
 
 from .callbacks import receive_once
 from .harness import DriverHarness
@@ -118,6 +118,14 @@ class StreamRules(DriverHarness):
         got = receive_once(loop, new_reader)
         new_writer.send(b"new")
         loop.unreference(stale)
+        # A driver may report the stale callback, whose stream was closed before it was
+        # cancelled, to the error handler (SPEC 9.1: IoPollDriver does); nothing else.
+        errors: list[Exception] = []
+        loop.set_error_handler(errors.append)
         loop.run()
         assert got == [b"new"]
+        assert all(
+            isinstance(error, InvalidCallbackError) and error.callback_id == stale
+            for error in errors
+        ), errors
         loop.cancel(stale)

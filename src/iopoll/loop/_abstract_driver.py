@@ -14,11 +14,49 @@ The callbacks' records, ids, queues and activation are ``CallbackRegistry``'s
   a second, fallback poller, made on first use, for the streams the first refuses (regular
   files on epoll), where they are always ready; the count of registered fds (with none, a tick
   sleeps instead of making a system call); the signal wakeup socket's registration.
+* **Streams closed behind the loop's back** (below).
 
 A backend supplies the poller to ``__init__`` and these hooks, every one abstract (a subclass
 missing one cannot be instantiated): ``_add``, ``_modify`` and ``_remove`` (one fd's
 registration), ``_refusals`` (what ``_add`` raises for a stream to send to the fallback),
-``_new_fallback``, ``_wait`` and ``_queue_ready``.
+``_new_fallback``, ``_wait`` and ``_queue_ready``.  It may override ``_new_signals`` (how
+signals arrive; ``SignalState`` by default) and ``_stream_alive`` (whether an fd entry's
+stream is still open; ``FdEntry.alive()`` by default).
+
+Streams closed before their callbacks were cancelled
+----------------------------------------------------
+
+Python tells nobody when a socket or file is closed, and epoll forgets a closed fd without a
+word: the callbacks of such a stream can never run again, and if they are what keeps the
+loop alive, a plain loop sleeps for ever.  SPEC 9.1 asks that this never happens, and that
+the loss be reported.  ``_lose_stream(entry)`` is the one place that acts on a loss: it
+cancels every callback of the entry (so the loop's liveness stops counting them) and queues,
+for each, a microtask that hands ``InvalidCallbackError.stream_closed(id)`` to the error path
+(the error handler; without one, ``run()`` ends as ``UncaughtError``, as for any callback's
+error).  A loss is found in four ways, none of which costs the busy path anything:
+
+1. **Registration** (``_register``): the stream of a callback being enabled is closed
+   already (``_add`` answers ``None``).
+2. **A reused fd number** (``CallbackRegistry._activate_stream``): a new stream got the
+   number of a registered one that was closed.
+3. **The poller says so** (``IoPollDriver``): its Contexts report each watcher they retire
+   without ``remove()`` through ``on_watcher_removed`` (a ``wait()`` that saw the fd, a
+   ``len(ctx)``, a new registration of the number), at the start of the next ``wait()``.
+4. **Nobody says so** (epoll, and the stdlib selectors): the loop checks for itself, but
+   only when it has nothing else to do.  While streams are watched, a blocking wait lasts at
+   most ``IDLE_SLICE`` (1 s; a longer or absent timer just means more slices; with no
+   stream, waits last up to ``MAX_WAIT`` as before), and after a blocking wait that returned
+   nothing, at most once per ``IDLE_SLICE``, ``_check_streams`` asks every fd entry whether
+   its stream is still open (``_stream_alive``: ``Watcher.is_active()`` on ``IoPollDriver``,
+   ``fileno()`` against the registered fd on ``SelectorsDriver``).  That is O(fds), once per
+   idle second at most; a busy loop never pays it, and an idle loop wakes once a second.
+
+A stream closed and then cancelled in the same tick is no loss: its entry has no callbacks
+left by the time anything notices, and nothing is reported.  What is not covered: a stream
+that the poller keeps reporting after it was closed (the selectors' ``PollSelector`` fallback
+reports a closed fd with ``POLLNVAL`` on every tick, and a closed fd kept open by a ``dup``
+keeps reporting on epoll) runs its callbacks with the closed stream, so their own errors
+take the error path; the loop is never idle then, so the idle check does not run.
 """
 
 from __future__ import annotations
@@ -35,14 +73,17 @@ from ._callbacks import READ, Callback, FdEntry, RepeatCallback, check_callback
 from ._errors import InvalidCallbackError, UncaughtError
 from ._interface import ErrorHandler
 from ._registry import CallbackRegistry
-from ._signals import SignalState
+from ._signals import SignalSource, SignalState
 from ._suspension import LoopRunner, Superseded, Suspension
 
-__all__ = ["AbstractDriver", "MAX_WAIT"]
+__all__ = ["AbstractDriver", "MAX_WAIT", "IDLE_SLICE"]
 
 # The longest single wait: a longer (or infinite) timer wakes the loop once a day, so a
 # huge delay never overflows a backend's timeout argument.
 MAX_WAIT = 86_400.0
+# The longest blocking wait while streams are watched, and how often, at most, an idle loop
+# checks that they are still open (the module doc's "Nobody says so").
+IDLE_SLICE = 1.0
 
 
 class _Poller(Protocol):
@@ -71,6 +112,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._fallback_count = 0  # fds in the fallback poller: they make every wait a poll
         self._registered = 0  # fds registered in either poller, the wakeup socket included
         self._wakeup: FdEntry | None = None  # the signal wakeup socket's registration
+        self._next_check = 0.0  # when an idle loop checks its streams next (_idle_wait)
 
     # -- the backend's hooks ----------------------------------------------------------------
 
@@ -143,6 +185,8 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         if token is not None:
             entry.token = token
             self._registered += 1
+        elif entry is not self._wakeup:
+            self._lose_stream(entry)  # closed before this tick activated its callbacks
 
     def _watch_wakeup(self, sock: socket.socket | None) -> None:
         if sock is not None:
@@ -152,13 +196,16 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             self._io_update(self._wakeup, READ, 0)
             self._wakeup = None
 
+    def _new_signals(self) -> SignalSource:
+        return SignalState(self._watch_wakeup)
+
     def _drain_wakeup(self) -> None:
         """The wakeup socket was ready: empty it (the signals themselves are pending)."""
         if self._signals is not None:
-            self._signals.drain()
+            self._signals.take(self._wakeup)
 
-    def _poll(self, timeout: float | None) -> None:
-        """Wait up to ``timeout`` seconds (``None``: no limit), then queue what is ready."""
+    def _poll(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds, then queue what is ready."""
         if self._fallback_count:
             # The fallback's streams are always ready: wait on neither poller.
             assert self._fallback is not None
@@ -167,14 +214,40 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             ready = self._wait(self._poller, timeout)
         else:
             # No fd to wait for: a zero timeout needs no system call at all.
-            if timeout is None:
-                time.sleep(MAX_WAIT)  # nothing can wake us but a timer-less eternity
-            elif timeout:
+            if timeout:
                 time.sleep(timeout)
             return
         if ready:
             self._queue_ready(ready)
             self._idle = False
+        elif timeout:
+            self._idle_wait()
+
+    # -- streams closed before their callbacks were cancelled (the module doc) ------------------
+
+    def _idle_wait(self) -> None:
+        """A blocking wait returned nothing: check the streams, at most once per slice."""
+        now = self._now()
+        if now >= self._next_check:
+            self._next_check = now + IDLE_SLICE
+            self._check_streams()
+
+    def _check_streams(self) -> None:
+        """Lose every fd entry whose stream was closed: O(fds)."""
+        alive = self._stream_alive
+        for entry in [entry for entry in self._entries.values() if not alive(entry)]:
+            self._lose_stream(entry)
+
+    def _stream_alive(self, entry: FdEntry) -> bool:
+        """Whether ``entry``'s stream is still open (for ``_check_streams``)."""
+        return entry.alive()
+
+    def _lose_stream(self, entry: FdEntry) -> None:
+        callbacks = [*entry.readers.values(), *entry.writers.values()]
+        for callback in callbacks:
+            self.cancel(callback.id)
+            error = InvalidCallbackError.stream_closed(callback.id)
+            self._microtasks.append((self._error, (callback.fn, error)))
 
     def close(self) -> None:
         """Restore signal state and close the pollers (the driver is unusable after)."""
@@ -263,9 +336,10 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
 
     # -- the parts of a tick ------------------------------------------------------------------
 
-    def _blocking_timeout(self) -> float | None:
+    def _blocking_timeout(self) -> float:
         """The timeout of a poll after an idle tick: 0 if work came up meanwhile, else until
-        the next live timer (``None``: no timer)."""
+        the next live timer, at most ``IDLE_SLICE`` while streams are watched (also with no
+        timer), else at most ``MAX_WAIT``."""
         if self._stopped or self._live <= 0:
             return 0.0
         self._drain()
@@ -282,12 +356,14 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         while timers and timers[0][2].entry is not timers[0]:
             heapq.heappop(timers)
             self._dead_timers -= 1
+        # With streams watched, wait in slices (the module doc's "Nobody says so").
+        longest = IDLE_SLICE if self._entries else MAX_WAIT
         if not timers:
-            return None
+            return longest
         timeout = timers[0][0] - self._now()
-        return 0.0 if timeout < 0 else min(timeout, MAX_WAIT)
+        return 0.0 if timeout < 0 else min(timeout, longest)
 
-    def _enqueue_signals(self, signals: SignalState, mark: int) -> None:
+    def _enqueue_signals(self, signals: SignalSource, mark: int) -> None:
         ready: list[Callback] = []
         pending = signals.pending
         while pending:

@@ -20,14 +20,16 @@ def describe(fn: object) -> str:
 
 
 class InvalidCallbackError(Exception):
-    """An unknown callback id, or a callback that returned something other than ``None``.
+    """An unknown callback id, a callback that returned something other than ``None``, or
+    an I/O callback whose stream was closed before it was cancelled.
 
-    ``callback_id`` is the id concerned; ``code`` is ``NONNULL_RETURN`` or
-    ``INVALID_IDENTIFIER``.
+    ``callback_id`` is the id concerned; ``code`` is ``NONNULL_RETURN``,
+    ``INVALID_IDENTIFIER`` or ``STREAM_CLOSED``.
     """
 
     NONNULL_RETURN = 1
     INVALID_IDENTIFIER = 2
+    STREAM_CLOSED = 3
 
     def __init__(self, callback_id: str, message: str, code: int = INVALID_IDENTIFIER) -> None:
         super().__init__(message)
@@ -48,6 +50,18 @@ class InvalidCallbackError(Exception):
             f"{type(value).__name__} (callbacks must return None; "
             "an async def function is not a callback)",
             cls.NONNULL_RETURN,
+        )
+
+    @classmethod
+    def stream_closed(cls, callback_id: str) -> InvalidCallbackError:
+        """The error for an I/O callback whose stream was closed before it was cancelled
+        (the driver has cancelled it: it could never fire again)."""
+        return cls(
+            callback_id,
+            f"The stream of callback {callback_id!r} was closed before the callback was "
+            "cancelled; the callback can never run again and was cancelled (cancel I/O "
+            "callbacks before closing their stream)",
+            cls.STREAM_CLOSED,
         )
 
 

@@ -1,4 +1,12 @@
-"""``IoPollDriver``: the loop on an ``iopoll.Context``, one watcher per fd."""
+"""``IoPollDriver``: the loop on an ``iopoll.Context``, one watcher per fd.
+
+Where the backend ``supports_signal_handles()`` (Linux ``EPOLL``/``POLL``), signals come
+through ``SignalHandle`` watchers in the same Context (``HandleSignals``), not through a
+Python handler and ``signal.set_wakeup_fd``.  Every Context of the driver (the fallback one
+too) reports the watchers it loses without ``remove()`` (``on_watcher_removed``): their
+streams were closed before their callbacks were cancelled, and ``_lose_stream`` cancels and
+reports those callbacks (the essay in ``_abstract_driver.py``).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ from _iopoll_core.watcher import Watcher
 from .._native import Backend, Context
 from ._abstract_driver import AbstractDriver
 from ._callbacks import READ, WRITE, FdEntry
+from ._signals import HandleSignals, SignalSource
 
 __all__ = ["IoPollDriver"]
 
@@ -39,17 +48,26 @@ class _WakeTable(dict[Event, int]):
 _WAKE = _WakeTable()
 
 
+class _StreamLost(Exception):
+    """Raised by ``on_watcher_removed``'s callback after a loss, to end that ``wait()``
+    before it polls: the tick then sees at once that the lost callbacks are gone."""
+
+
 class IoPollDriver(AbstractDriver[Context]):
     """The event loop on an ``iopoll.Context`` (``get_handle()`` returns it).
 
     Streams the backend refuses (regular files, ``/dev/null`` on epoll) go to a second
-    ``Context(Backend.POLL)``, where they are always ready.
+    ``Context(Backend.POLL)``, where they are always ready.  Signals go through
+    ``SignalHandle`` watchers where the backend supports them.  A stream closed before its
+    callbacks were cancelled has them cancelled and reported to the error path as
+    ``InvalidCallbackError``.
     """
 
     _refusals = (FailedHandleAddError,)
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         super().__init__(Context(backend))
+        self._poller.on_watcher_removed(self._watcher_removed)
 
     def _add(self, poller: Context, entry: FdEntry, events: int) -> Watcher | None:
         try:
@@ -70,10 +88,15 @@ class IoPollDriver(AbstractDriver[Context]):
             pass
 
     def _new_fallback(self) -> Context:
-        return Context(Backend.POLL)
+        fallback = Context(Backend.POLL)
+        fallback.on_watcher_removed(self._watcher_removed)
+        return fallback
 
     def _wait(self, poller: Context, timeout: float | None) -> list[Watcher]:
-        return poller.wait(timeout)
+        try:
+            return poller.wait(timeout)
+        except _StreamLost:
+            return []
 
     def _queue_ready(self, ready: list[Watcher]) -> None:
         queue = self._queue
@@ -82,10 +105,52 @@ class IoPollDriver(AbstractDriver[Context]):
             # The engine's own slots, not the properties: this loop is the hot path.
             entry = watcher._data
             if entry is wakeup:
-                self._drain_wakeup()
+                self._signals_ready(watcher)
                 continue
             wake = _WAKE[watcher._triggered]
             if wake & READ and entry.readers:
                 queue.extend(entry.readers.values())
             if wake & WRITE and entry.writers:
                 queue.extend(entry.writers.values())
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def _new_signals(self) -> SignalSource:
+        if not self._poller.backend.supports_signal_handles():
+            return super()._new_signals()  # a handler and the wakeup fd
+        # Every signal watcher carries this marker as its data: _queue_ready tells it apart
+        # from the fd entries with the one identity test it makes for the wakeup socket.
+        marker = self._wakeup = FdEntry(-1, None)
+        return HandleSignals(self._poller, marker, self._count_registrations)
+
+    def _count_registrations(self, delta: int) -> None:
+        self._registered += delta  # a signal watcher is a registration the poll waits for
+
+    def _signals_ready(self, watcher: Watcher) -> None:
+        signals = self._signals
+        if signals is not None:
+            signals.take(watcher)
+
+    # -- streams closed before their callbacks were cancelled ----------------------------------
+
+    def _watcher_removed(self, watcher: Watcher) -> None:
+        """``on_watcher_removed``: a Context lost ``watcher`` without ``remove()``.
+
+        A watcher the driver still holds for callbacks is a loss; a watcher whose callbacks
+        were cancelled (or disabled) since is not (the Context also reports a watcher that
+        our own ``remove()`` found closed).
+        """
+        entry = watcher._data
+        if (
+            isinstance(entry, FdEntry)
+            and entry.token is watcher
+            and (entry.readers or entry.writers)
+        ):
+            self._lose_stream(entry)
+            raise _StreamLost  # wait() returns [] before it polls (caught in _wait)
+
+    def _stream_alive(self, entry: FdEntry) -> bool:
+        token = entry.token
+        # is_active() also queues a lost watcher for on_watcher_removed, which then finds
+        # its callbacks cancelled: nothing is reported twice.
+        return entry.alive() if token is None else bool(token.is_active())

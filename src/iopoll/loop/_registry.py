@@ -7,9 +7,11 @@ A callback becomes active (enters the timer heap, its fd entry or its signal's m
 tick after it was enabled, and leaves at once when disabled.  ``defer()`` and ``delay()`` are
 hot paths: their helpers are inlined there.
 
-It needs three hooks from below, declared abstract here where they are called: ``_now()``
+It needs five hooks from below, declared abstract here where they are called: ``_now()``
 (the clock), ``_io_update(entry, old, new)`` (register, modify or drop the OS registration of
-one fd) and ``_watch_wakeup(sock)`` (poll the signal wakeup socket, or stop: ``None``).
+one fd), ``_watch_wakeup(sock)`` (poll the signal wakeup socket, or stop: ``None``),
+``_new_signals()`` (how this driver receives signals) and ``_lose_stream(entry)`` (an fd
+entry's stream was closed before its callbacks were cancelled).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from ._callbacks import (
 )
 from ._errors import InvalidCallbackError
 from ._interface import Driver
-from ._signals import SignalState
+from ._signals import SignalSource, SignalState
 
 __all__ = ["CallbackRegistry"]
 
@@ -70,7 +72,7 @@ class CallbackRegistry(Driver):
         self._timer_seq = itertools.count()
         self._dead_timers = 0  # heap entries of timers disabled since: skipped when popped
         self._entries: dict[int, FdEntry] = {}
-        self._signals: SignalState | None = None  # held only while there are signal callbacks
+        self._signals: SignalSource | None = None  # made with the first signal callback
         self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
 
     # -- hooks ----------------------------------------------------------------------------------
@@ -86,6 +88,15 @@ class CallbackRegistry(Driver):
     @abc.abstractmethod
     def _watch_wakeup(self, sock: socket.socket | None) -> None:
         """Poll the signal wakeup socket ``sock`` for reading; ``None``: stop polling it."""
+
+    @abc.abstractmethod
+    def _new_signals(self) -> SignalSource:
+        """How this driver receives signals (made with the first signal callback)."""
+
+    @abc.abstractmethod
+    def _lose_stream(self, entry: FdEntry) -> None:
+        """``entry``'s stream was closed before its callbacks were cancelled: they can never
+        run again.  Cancel them and report each (``InvalidCallbackError.stream_closed``)."""
 
     # -- registration -------------------------------------------------------------------------
 
@@ -173,7 +184,7 @@ class CallbackRegistry(Driver):
         signum = SignalState.check_signum(signum)
         check_callback(fn)
         if self._signals is None:
-            self._signals = SignalState(self._watch_wakeup)
+            self._signals = self._new_signals()
         self._signals.add(signum)
         callback_id = self._new_id()
         callback = SignalCallback(callback_id, fn, signum)
@@ -303,10 +314,12 @@ class CallbackRegistry(Driver):
         entry = self._entries.get(callback.fd)
         if entry is not None and not entry.alive():
             # The stream that registered this fd was closed and the number reused: its
-            # callbacks can never fire again; the new stream gets a registration of its own.
+            # callbacks can never fire again (cancelled and reported); the new stream gets
+            # a registration of its own.
             del self._entries[entry.fd]
             self._io_update(entry, entry.events, 0)
             entry.events = 0
+            self._lose_stream(entry)
             entry = None
         if entry is None:
             entry = self._entries[callback.fd] = FdEntry(callback.fd, callback.stream)

@@ -1,9 +1,18 @@
-"""Process signal state for one driver, held only while it has signal callbacks.
+"""How a driver receives signals, held only while it has signal callbacks.  Two ways, with
+one interface (``SignalSource``): ``add``/``remove`` one callback's signal number, the
+signal numbers taken so far in ``pending`` (the tick empties it), ``take`` when the poller
+reported the source ready, ``close``.
 
-The Python-level handler records the signal number; ``signal.set_wakeup_fd`` on an internal
-non-blocking socketpair makes the C-level handler wake a blocking wait at once (PEP 475 would
-otherwise retry the wait after the handler ran).  The first callback for a signal installs
-the handler (and, for the first signal, the wakeup fd); the last one restores what was there.
+* ``SignalState`` (every driver): process signal state.  The Python-level handler records
+  the signal number; ``signal.set_wakeup_fd`` on an internal non-blocking socketpair makes
+  the C-level handler wake a blocking wait at once (PEP 475 would otherwise retry the wait
+  after the handler ran).  The first callback for a signal installs the handler (and, for
+  the first signal, the wakeup fd); the last one restores what was there.
+* ``HandleSignals`` (``IoPollDriver`` where the backend ``supports_signal_handles()``):
+  one ``SignalHandle`` per signal number, watched in the driver's ``Context`` (SPEC 10)
+  from the first callback for that signal to the last.  No handler and no wakeup fd: the
+  engine blocks the signal while it is watched and restores the mask after, and the
+  signalfd behind the handle is what wakes the wait.
 """
 
 from __future__ import annotations
@@ -14,11 +23,38 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
+
+from _iopoll_core.context import Context
+from _iopoll_core.errors import PollError
+from _iopoll_core.events import Event
+from _iopoll_core.signal_handles import SignalHandle
+from _iopoll_core.watcher import Watcher
 
 from ._errors import UnsupportedFeatureError
 
-__all__ = ["SignalState"]
+__all__ = ["SignalSource", "SignalState", "HandleSignals"]
+
+
+class SignalSource(Protocol):
+    """What the driver asks of its way of receiving signals."""
+
+    @property
+    def pending(self) -> deque[int]:
+        """Signal numbers taken and not dispatched yet, in order."""
+
+    def add(self, signum: int) -> None:
+        """One more callback for ``signum`` (the first starts receiving it)."""
+
+    def remove(self, signum: int) -> None:
+        """One callback fewer for ``signum`` (the last stops, restoring what was there)."""
+
+    def take(self, token: Any) -> None:
+        """The poller reported ``token`` (what the source registered) ready."""
+
+    def close(self) -> None:
+        """Stop receiving every signal (the driver is going away)."""
+
 
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -77,6 +113,10 @@ class SignalState:
         if not self.counts:
             self._close_wakeup()
 
+    def take(self, token: Any) -> None:
+        """The wakeup socket was reported ready."""
+        self.drain()
+
     def drain(self) -> None:
         """Empty the wakeup socket (its bytes only woke the wait; ``pending`` says what came)."""
         reader = self.reader
@@ -113,3 +153,60 @@ class SignalState:
         for signum in list(self.counts):
             self.counts[signum] = 1
             self.remove(signum)
+
+
+class HandleSignals:
+    """Signals through one ``SignalHandle`` per signal number in ``context`` (SPEC 10).
+
+    The first callback for a signal adds a watcher of a new handle for it (the engine then
+    blocks the signal in the process), the last removes it (the engine restores the mask).
+    Every watcher carries ``data``, the one object the driver's ``_queue_ready`` tells apart
+    from the fd entries, and ``registered(+1 / -1)`` keeps the driver's count of
+    registrations.  A report of a watcher moves what its handle took into ``pending``;
+    the handle keeps deliveries in the order the OS handed them over.  A handle per signal
+    keeps ``add`` and ``remove`` to one watcher each; across signals, the order is the
+    order of the reports (standard signals pending together are not ordered by the OS
+    either).
+    """
+
+    __slots__ = ("pending", "counts", "_context", "_data", "_registered", "_watchers")
+
+    def __init__(self, context: Context, data: object, registered: Callable[[int], None]) -> None:
+        self.pending: deque[int] = deque()
+        self.counts: dict[int, int] = {}
+        self._context = context
+        self._data = data
+        self._registered = registered
+        self._watchers: dict[int, Watcher] = {}
+
+    def add(self, signum: int) -> None:
+        count = self.counts.get(signum, 0)
+        if count == 0:
+            self._watchers[signum] = self._context.add(
+                SignalHandle((signum,)), Event.SIGNAL, self._data
+            )
+            self._registered(1)
+        self.counts[signum] = count + 1
+
+    def remove(self, signum: int) -> None:
+        count = self.counts[signum] - 1
+        if count:
+            self.counts[signum] = count
+            return
+        del self.counts[signum]
+        watcher = self._watchers.pop(signum)
+        try:
+            watcher.remove()  # the engine takes what is still pending, then unblocks
+        except PollError:
+            pass  # its context was closed first: the watcher is gone already
+        self._registered(-1)
+
+    def take(self, token: Any) -> None:
+        handle: SignalHandle = token.handle
+        self.pending.extend(handle.delivered())
+
+    def close(self) -> None:
+        for signum in list(self.counts):
+            self.counts[signum] = 1
+            self.remove(signum)
+        self.pending.clear()
