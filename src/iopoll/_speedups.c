@@ -36,9 +36,9 @@
 
 #include <errno.h>
 #include <math.h>
-#include <time.h>
 #ifdef __linux__
 #include <sys/epoll.h>
+#include <time.h> /* clock_gettime */
 #define IOPOLL_HAVE_EPOLL 1
 #endif
 
