@@ -36,13 +36,13 @@
 
 #include <errno.h>
 #include <math.h>
-#include <time.h>
 #ifdef __linux__
 #include <sys/epoll.h>
 #define IOPOLL_HAVE_EPOLL 1
 #endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <poll.h>
+#include <time.h> /* clock_gettime */
 #define IOPOLL_HAVE_POLL 1
 #endif
 #if defined(IOPOLL_HAVE_EPOLL) || defined(IOPOLL_HAVE_POLL)
