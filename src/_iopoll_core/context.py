@@ -102,6 +102,7 @@ class Context(_Uncopyable):
         "_usable",
         "_fast_poll",
         "_native_fd",
+        "_native_pollfds",
         "_first_timer",
         "_decode",
         "_max_timeout",
@@ -134,6 +135,8 @@ class Context(_Uncopyable):
     # While the fast path is on: the fd of the mechanism's OS object that the C fast path
     # waits on itself (Mechanism.native_fd), else -1.  Pure Python never reads it.
     _native_fd: int
+    # The same for POLL: the mechanism's struct pollfd array (Mechanism.native_pollfds).
+    _native_pollfds: bytearray | None
     # The first armed timer's deadline (time.monotonic() seconds), None with none armed:
     # the fast path cuts its OS wait there, and leaves a due timer to the general path.
     _first_timer: float | None
@@ -740,9 +743,11 @@ class Context(_Uncopyable):
         if mechanism is None or self._buffered or self._leftovers or self._lost or self._removed:
             self._fast_poll = None
             self._native_fd = -1
+            self._native_pollfds = None
         else:
             self._fast_poll = mechanism.poll
             self._native_fd = mechanism.native_fd
+            self._native_pollfds = mechanism.native_pollfds
 
     def _use(self, mechanism: Mechanism | None, *, usable: bool = True) -> None:
         """Make ``mechanism`` this context's OS object (None: closed), usable or not."""

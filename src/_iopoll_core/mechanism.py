@@ -43,6 +43,9 @@ class Mechanism:
     # reading each report's fd from its data (CPython's epoll registers data.fd = fd); -1
     # for every other mechanism, whose fast path calls ``poll``.
     native_fd: int = -1
+    # An array of ``struct pollfd`` holding every registration, on which the C fast path
+    # may call poll(2) itself (POLL); None for the others.
+    native_pollfds: bytearray | None = None
 
     def register(self, fd: int, events: int) -> None:
         """Start watching ``fd`` for ``events`` (``Event`` bits, modes included)."""

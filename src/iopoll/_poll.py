@@ -4,11 +4,19 @@ poll() has no one-shot or edge mode: a one-shot fd is disarmed by taking it out 
 poll set (a disarmed fd must not report even a hang-up).  POLLNVAL marks an fd that was
 closed behind the handle's back; the Context reports it once as ``ERROR`` and drops it.
 Regular files and ``/dev/null`` are accepted and always ready.
+
+The registrations are kept twice: in CPython's ``select.poll`` object, which the pure-Python
+path polls, and as an array of ``struct pollfd`` (``native_pollfds``), on which iopoll's C
+fast path calls poll(2) itself.  The array keeps the poll object's order (CPython's is its
+dict's: insertion order, a re-registered fd going last, a modified one staying put), so
+both paths see the reports in the same order.  An unregistered fd's entry becomes -1, which
+poll() skips, and the array is compacted once such holes make up half of it.
 """
 
 from __future__ import annotations
 
 import select
+import struct
 import sys
 from typing import ClassVar
 
@@ -18,6 +26,10 @@ from _iopoll_core.process_handles import PIDFD_AVAILABLE
 from _iopoll_core.signal_handles import SIGNALFD_AVAILABLE
 
 __all__ = ["PollMechanism"]
+
+# struct pollfd { int fd; short events; short revents; }: 8 bytes on every POSIX ABI.
+_POLLFD = struct.Struct("ihh")
+_NO_FD = -1  # an entry poll() skips
 
 _POLLRDHUP = getattr(select, "POLLRDHUP", 0)  # Linux only
 
@@ -52,14 +64,27 @@ class PollMechanism(Mechanism):
         ]
     )
 
+    native_pollfds: bytearray  # the C fast path's copy of the poll set (module docstring)
+    _entries: dict[int, int]  # fd -> the index of its entry in native_pollfds
+    _holes: int  # entries of unregistered fds
+
     def __init__(self) -> None:
         self._poll_object = select.poll()
         self._wait_ms = self._poll_object.poll
+        self.native_pollfds = bytearray()
+        self._entries = {}
+        self._holes = 0
 
     def register(self, fd: int, events: int) -> None:
-        self._poll_object.register(fd, poll_mask(events))
+        mask = poll_mask(events)
+        self._poll_object.register(fd, mask)
+        index = self._entries.get(fd)
+        if index is None:  # a new fd goes last, as in the poll object's dict
+            self._entries[fd] = len(self.native_pollfds) // _POLLFD.size
+            self.native_pollfds += _POLLFD.pack(fd, mask, 0)
+        else:  # CPython's poll.register() replaces an entry in place: modify means that
+            _POLLFD.pack_into(self.native_pollfds, index * _POLLFD.size, fd, mask, 0)
 
-    # CPython's poll.register() replaces an existing entry, which is what modify means.
     modify = register
 
     def unregister(self, fd: int) -> bool:
@@ -67,7 +92,27 @@ class PollMechanism(Mechanism):
             self._poll_object.unregister(fd)
         except KeyError:  # already disarmed
             pass
+        index = self._entries.pop(fd, None)
+        if index is not None:
+            _POLLFD.pack_into(self.native_pollfds, index * _POLLFD.size, _NO_FD, 0, 0)
+            self._holes += 1
+            if self._holes * 2 > len(self._entries) + 16:
+                self._compact()
         return True
+
+    def _compact(self) -> None:
+        """Drop the holes, keeping the order of the live entries."""
+        entries = sorted(self._entries.items(), key=lambda item: item[1])
+        array = bytearray(len(entries) * _POLLFD.size)
+        old = self.native_pollfds
+        for new_index, (fd, index) in enumerate(entries):
+            start = index * _POLLFD.size
+            array[new_index * _POLLFD.size : (new_index + 1) * _POLLFD.size] = old[
+                start : start + _POLLFD.size
+            ]
+            self._entries[fd] = new_index
+        old[:] = array  # in place: the Context holds this very object
+        self._holes = 0
 
     def disarm(self, fd: int) -> None:
         self.unregister(fd)

@@ -41,6 +41,14 @@
 #include <time.h> /* clock_gettime */
 #define IOPOLL_HAVE_EPOLL 1
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <poll.h>
+#include <time.h> /* clock_gettime */
+#define IOPOLL_HAVE_POLL 1
+#endif
+#if defined(IOPOLL_HAVE_EPOLL) || defined(IOPOLL_HAVE_POLL)
+#define IOPOLL_HAVE_NATIVE 1
+#endif
 
 /* The slots used, as PyMemberDef pointers taken from the classes' member descriptors.  They
  * stay valid while the classes live; install() keeps a reference to both classes. */
@@ -48,7 +56,7 @@ typedef struct {
     PyTypeObject *context_type;
     PyTypeObject *watcher_type;
     PyMemberDef *fast_poll, *watchers, *decode, *max_timeout;  /* Context */
-    PyMemberDef *native_fd, *by_fd, *first_timer;               /* Context */
+    PyMemberDef *native_fd, *native_pollfds, *by_fd, *first_timer; /* Context */
     PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
@@ -263,87 +271,88 @@ poll_failed(PyObject *self)
     }
 }
 
-#ifdef IOPOLL_HAVE_EPOLL
+#ifdef IOPOLL_HAVE_NATIVE
 
-/* Reports that fit on the stack; more watchers than this get a heap array per call. */
-#define STACK_EVENTS 64
+/* Reports that fit on the stack; more get a heap array per call. */
+#define STACK_REPORTS 64
+
+/* One report of the OS, whichever call made it. */
+typedef struct {
+    int fd;
+    unsigned int bits;
+} Report;
 
 static double
 monotonic_seconds(void)
 {
     struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now); /* time.monotonic()'s clock on Linux */
+    clock_gettime(CLOCK_MONOTONIC, &now); /* time.monotonic()'s clock on Linux and BSD */
     return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
 }
 
 static int
 milliseconds(double seconds)
 {
-    /* Rounded up, as CPython's epoll.poll() does, so that a wait never ends early; the
-     * caller keeps seconds within Mechanism.max_timeout, which fits in an int of ms. */
+    /* Rounded up, as CPython's epoll.poll() and poll.poll() do, so that a wait never ends
+     * early; the caller keeps seconds within Mechanism.max_timeout, an int of ms. */
     double ms = ceil(seconds * 1e3);
     return ms > (double)INT_MAX ? INT_MAX : (int)ms;
 }
 
-/* wait()'s fast path on EPOLL: epoll_wait(2) on `epfd` for up to `seconds` (< 0: forever)
- * and `nwatchers` reports.  Returns the ready watchers, or what _finish_wait makes of the
- * reports when one needs care, or when none came and `cut` says that a timer's deadline cut
- * the wait short of `seconds_obj`; NULL with an exception set. */
-static PyObject *
-epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *seconds_obj,
-                double seconds, PyObject *started, int cut)
+/* One OS wait of `timeout` ms (-1: forever), called without the GIL: its count, or -1 with
+ * errno set. */
+typedef int (*OsWait)(void *call, int timeout);
+
+/* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
+ * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
+ * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1). */
+static int
+wait_retrying(PyObject *self, OsWait wait, void *call, double seconds)
 {
-    struct epoll_event stack[STACK_EVENTS];
-    struct epoll_event *events = stack;
-    int maxevents = nwatchers > INT_MAX ? INT_MAX : (int)nwatchers;
-    if (maxevents > STACK_EVENTS) {
-        events = PyMem_New(struct epoll_event, (size_t)maxevents);
-        if (events == NULL) {
-            return PyErr_NoMemory();
-        }
-    }
-    PyObject *by_fd = NULL, *decode = NULL, *ready = NULL, *result = NULL;
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
     double deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
-    int count;
     for (;;) {
+        int count;
         Py_BEGIN_ALLOW_THREADS
-        count = epoll_wait(epfd, events, maxevents, timeout);
+        count = wait(call, timeout);
         Py_END_ALLOW_THREADS
         if (count >= 0) {
-            break;
+            return count;
         }
         if (errno != EINTR) {
             PyErr_SetFromErrno(PyExc_OSError);
             poll_failed(self);
-            goto finally;
+            return -1;
         }
-        /* PEP 475: run the handlers; one that raises ends wait() with its exception. */
         if (PyErr_CheckSignals() < 0) {
-            goto finally;
+            return -1;
         }
         if (timeout > 0) {
             double left = deadline - monotonic_seconds();
             if (left <= 0.0) {
-                count = 0;
-                break;
+                return 0;
             }
             timeout = milliseconds(left);
         }
     }
+}
 
-    by_fd = get_slot(self, slots.by_fd);
-    decode = get_slot(self, slots.decode);
-    if (by_fd == NULL || decode == NULL) {
-        goto finally;
-    }
-    ready = PyList_New(count);
-    if (ready == NULL) {
+/* The ready watchers for `count` reports, found in the Context's fd-indexed list; or, when
+ * one needs care (or none came and `cut` says a timer's deadline cut the wait short of
+ * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs. */
+static PyObject *
+deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
+        PyObject *started, int cut)
+{
+    PyObject *by_fd = get_slot(self, slots.by_fd);
+    PyObject *decode = get_slot(self, slots.decode);
+    PyObject *ready = NULL, *result = NULL;
+    if (by_fd == NULL || decode == NULL || (ready = PyList_New(count)) == NULL) {
         goto finally;
     }
     int handled = PyList_CheckExact(by_fd) && PyDict_CheckExact(decode) && !(cut && !count);
     for (int i = 0; i < count && handled == 1; i++) {
-        int fd = events[i].data.fd;
+        int fd = reports[i].fd;
         /* Re-read each time: a probe may have run code that changed the Context. */
         if (fd < 0 || fd >= PyList_GET_SIZE(by_fd)) {
             handled = 0; /* no watcher: a stale registration */
@@ -351,7 +360,7 @@ epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *second
         }
         PyObject *watcher = Py_NewRef(PyList_GET_ITEM(by_fd, fd));
         PyObject *fd_obj = PyLong_FromLong(fd);
-        PyObject *bits_obj = PyLong_FromUnsignedLong(events[i].events);
+        PyObject *bits_obj = PyLong_FromUnsignedLong(reports[i].bits);
         handled = (fd_obj == NULL || bits_obj == NULL)
                       ? -1
                       : decode_report(watcher, fd_obj, bits_obj, decode);
@@ -371,14 +380,12 @@ epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *second
         result = Py_NewRef(ready);
         goto finally;
     }
-    /* A report needs care: all of them go, as (fd, bits) pairs, to _finish_wait. */
     PyObject *raw = PyList_New(count);
     if (raw == NULL) {
         goto finally;
     }
     for (int i = 0; i < count; i++) {
-        PyObject *pair = Py_BuildValue("(ik)", events[i].data.fd,
-                                       (unsigned long)events[i].events);
+        PyObject *pair = Py_BuildValue("(ik)", reports[i].fd, (unsigned long)reports[i].bits);
         if (pair == NULL) {
             Py_DECREF(raw);
             goto finally;
@@ -393,13 +400,128 @@ finally:
     Py_XDECREF(ready);
     Py_XDECREF(decode);
     Py_XDECREF(by_fd);
-    if (events != stack) {
-        PyMem_Free(events);
+    return result;
+}
+
+#endif /* IOPOLL_HAVE_NATIVE */
+
+#ifdef IOPOLL_HAVE_EPOLL
+
+typedef struct {
+    int epfd;
+    struct epoll_event *events;
+    int size;
+} EpollCall;
+
+static int
+epoll_call(void *call, int timeout)
+{
+    EpollCall *c = call;
+    return epoll_wait(c->epfd, c->events, c->size, timeout);
+}
+
+/* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
+ * report from each of `nwatchers` watchers (the fast path has no max_events). */
+static PyObject *
+epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *seconds_obj,
+                double seconds, PyObject *started, int cut)
+{
+    struct epoll_event stack_events[STACK_REPORTS];
+    Report stack_reports[STACK_REPORTS];
+    EpollCall call = {epfd, stack_events, nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
+    Report *reports = stack_reports;
+    PyObject *result = NULL;
+    if (call.size > STACK_REPORTS) {
+        call.events = PyMem_New(struct epoll_event, (size_t)call.size);
+        reports = PyMem_New(Report, (size_t)call.size);
+        if (call.events == NULL || reports == NULL) {
+            PyErr_NoMemory();
+            goto finally;
+        }
+    }
+    int count = wait_retrying(self, epoll_call, &call, seconds);
+    if (count < 0) {
+        goto finally;
+    }
+    for (int i = 0; i < count; i++) {
+        reports[i].fd = call.events[i].data.fd; /* CPython's epoll registers data.fd = fd */
+        reports[i].bits = call.events[i].events;
+    }
+    result = deliver(self, reports, count, seconds_obj, started, cut);
+
+finally:
+    if (call.events != stack_events) {
+        PyMem_Free(call.events);
+    }
+    if (reports != stack_reports) {
+        PyMem_Free(reports);
     }
     return result;
 }
 
 #endif /* IOPOLL_HAVE_EPOLL */
+
+#ifdef IOPOLL_HAVE_POLL
+
+typedef struct {
+    struct pollfd *fds;
+    nfds_t size;
+} PollCall;
+
+static int
+poll_call(void *call, int timeout)
+{
+    PollCall *c = call;
+    return poll(c->fds, c->size, timeout);
+}
+
+/* wait()'s fast path on POLL: poll(2) on the mechanism's struct pollfd array (`pollfds`, a
+ * bytearray, held exported for the call so that nothing can resize it meanwhile). */
+static PyObject *
+poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double seconds,
+               PyObject *started, int cut)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(pollfds, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    Report stack_reports[STACK_REPORTS];
+    Report *reports = stack_reports;
+    PollCall call = {view.buf, (nfds_t)((size_t)view.len / sizeof(struct pollfd))};
+    PyObject *result = NULL;
+    int exported = 1;
+    int count = wait_retrying(self, poll_call, &call, seconds);
+    if (count < 0) {
+        goto finally;
+    }
+    if (count > STACK_REPORTS && (reports = PyMem_New(Report, (size_t)count)) == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    int found = 0;
+    for (nfds_t i = 0; i < call.size && found < count; i++) {
+        if (call.fds[i].revents) { /* in the array's order: the poll object's (_poll.py) */
+            reports[found].fd = call.fds[i].fd;
+            reports[found].bits = (unsigned short)call.fds[i].revents;
+            found++;
+        }
+    }
+    /* Released before deliver(), whose Python calls may change the poll set. */
+    PyBuffer_Release(&view);
+    exported = 0;
+    result = deliver(self, reports, found, seconds_obj, started, cut);
+
+finally:
+    if (reports != stack_reports) {
+        PyMem_Free(reports);
+    }
+    if (exported) {
+        PyBuffer_Release(&view);
+    }
+    return result;
+}
+
+#endif /* IOPOLL_HAVE_POLL */
 
 static PyObject *
 fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -511,6 +633,18 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
                                  wait_value, started, cut);
         goto finally;
     }
+#endif
+#ifdef IOPOLL_HAVE_POLL
+    PyObject *pollfds = get_slot(self, slots.native_pollfds);
+    if (pollfds == NULL) {
+        goto finally;
+    }
+    if (PyByteArray_CheckExact(pollfds)) {
+        result = poll_fast_wait(self, pollfds, seconds, wait_value, started, cut);
+        Py_DECREF(pollfds);
+        goto finally;
+    }
+    Py_DECREF(pollfds);
 #endif
 
     if (cut) {
@@ -658,6 +792,7 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.decode = member_of(context_type, "_decode"))
         || !(found.max_timeout = member_of(context_type, "_max_timeout"))
         || !(found.native_fd = member_of(context_type, "_native_fd"))
+        || !(found.native_pollfds = member_of(context_type, "_native_pollfds"))
         || !(found.by_fd = member_of(context_type, "_by_fd"))
         || !(found.first_timer = member_of(context_type, "_first_timer"))
         || !(found.plain = member_of(watcher_type, "_plain"))

@@ -1,0 +1,69 @@
+"""``POLL``'s second copy of its poll set, the ``struct pollfd`` array the C fast path polls.
+
+It must hold exactly what CPython's ``select.poll`` object holds, in the same order (the
+order of poll()'s reports), through any sequence of register, modify and unregister, its
+compaction included: the C and the Python path then report the same watchers in the same
+order.
+"""
+
+from __future__ import annotations
+
+import random
+import select
+import socket
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not hasattr(select, "poll"), reason="no poll() here")
+
+if hasattr(select, "poll"):
+    from iopoll._poll import PollMechanism
+
+_POLLFD = struct.Struct("ihh")
+
+
+@pytest.fixture
+def sockets() -> Iterator[list[socket.socket]]:
+    pairs = [socket.socketpair() for _ in range(20)]
+    yield [end for pair in pairs for end in pair]
+    for a, b in pairs:
+        a.close()
+        b.close()
+
+
+def live_entries(mechanism: PollMechanism) -> list[tuple[int, int]]:
+    array = mechanism.native_pollfds
+    entries = [_POLLFD.unpack_from(array, i) for i in range(0, len(array), _POLLFD.size)]
+    return [(fd, events) for fd, events, _ in entries if fd >= 0]
+
+
+def reported_order(mechanism: PollMechanism) -> list[int]:
+    # Every socket is writable: poll() reports each registered fd, in its set's order.
+    return [fd for fd, _ in mechanism._poll_object.poll(0)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_array_follows_the_poll_object(seed: int, sockets: list[socket.socket]) -> None:
+    from iopoll import Event
+
+    rng = random.Random(seed)
+    mechanism = PollMechanism()
+    registered: dict[int, Event] = {}
+    choices = [Event.WRITE, Event.READ | Event.WRITE, Event.WRITE | Event.PRIORITY]
+    for _ in range(400):
+        fd = rng.choice(sockets).fileno()
+        if fd in registered and rng.random() < 0.5:
+            assert mechanism.unregister(fd)
+            del registered[fd]
+        else:
+            events = rng.choice(choices)
+            (mechanism.modify if fd in registered else mechanism.register)(fd, events)
+            registered[fd] = events
+        entries = live_entries(mechanism)
+        assert [fd for fd, _ in entries] == reported_order(mechanism)
+        assert sorted(fd for fd, _ in entries) == sorted(registered)
+    # Unregistering leaves holes, compacted before they outnumber the live entries.
+    array_entries = len(mechanism.native_pollfds) // _POLLFD.size
+    assert array_entries <= 2 * len(registered) + 17
