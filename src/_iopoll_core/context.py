@@ -381,14 +381,18 @@ class Context(_Uncopyable):
             try:
                 for fd, bits in raw:
                     watcher = watchers[fd]
-                    # Watcher._stream_open(), inlined; an exception falls out below.
-                    if not watcher._plain or watcher._probe() != fd:
+                    if not watcher._plain:
                         break
+                    try:  # Watcher._stream_open(), inlined
+                        if watcher._probe() != fd:
+                            break
+                    except Exception:  # a closed file's fileno(), or a broken handle's:
+                        break  # _collect takes it for closed, as _stream_open() does
                     watcher._triggered = decode[bits]
                     ready.append(watcher)
                 else:
                     return ready
-            except (KeyError, OSError, ValueError):  # no watcher; a closed file's fileno()
+            except KeyError:  # no watcher (a stale entry); a bit the table lacks (POLLNVAL)
                 pass
             return self._finish_wait(raw, seconds, started)
         return self._wait(timeout, microseconds, max_events)

@@ -35,10 +35,10 @@
 #endif
 
 #include <errno.h>
+#include <string.h>
 #include <math.h>
 #ifdef __linux__
 #include <sys/epoll.h>
-#include <time.h> /* clock_gettime */
 #define IOPOLL_HAVE_EPOLL 1
 #endif
 #if defined(__unix__) || defined(__APPLE__)
@@ -199,8 +199,9 @@ decode_report(PyObject *watcher, PyObject *fd, PyObject *bits, PyObject *decode)
     }
     probed = PyObject_CallNoArgs(probe);
     if (probed == NULL) {
-        /* A closed file's fileno() raises: _collect retires the watcher. */
-        if (PyErr_ExceptionMatches(PyExc_OSError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+        /* A closed file's fileno() raises, and so may a broken handle's: as in Python,
+         * _collect decides (Watcher._stream_open takes any Exception for closed). */
+        if (PyErr_ExceptionMatches(PyExc_Exception)) {
             PyErr_Clear();
             goto done;
         }
@@ -305,9 +306,12 @@ typedef int (*OsWait)(void *call, int timeout);
 
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
- * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1). */
+ * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
+ * `os_object` (the select.epoll object, or NULL) is asked after the handlers whether one of
+ * them closed it, as CPython's own retry finds (EBADF): its fd number may be another file's
+ * by then. */
 static int
-wait_retrying(PyObject *self, OsWait wait, void *call, double seconds)
+wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object)
 {
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
     double deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
@@ -326,6 +330,20 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds)
         }
         if (PyErr_CheckSignals() < 0) {
             return -1;
+        }
+        if (os_object != NULL) {
+            PyObject *closed = PyObject_GetAttrString(os_object, "closed");
+            int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
+            Py_XDECREF(closed);
+            if (is_closed < 0) {
+                return -1;
+            }
+            if (is_closed) {
+                errno = EBADF;
+                PyErr_SetFromErrno(PyExc_OSError);
+                poll_failed(self);
+                return -1;
+            }
         }
         if (timeout > 0) {
             double left = deadline - monotonic_seconds();
@@ -423,8 +441,8 @@ epoll_call(void *call, int timeout)
 /* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
  * report from each of `nwatchers` watchers (the fast path has no max_events). */
 static PyObject *
-epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *seconds_obj,
-                double seconds, PyObject *started, int cut)
+epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwatchers,
+                PyObject *seconds_obj, double seconds, PyObject *started, int cut)
 {
     struct epoll_event stack_events[STACK_REPORTS];
     Report stack_reports[STACK_REPORTS];
@@ -439,7 +457,7 @@ epoll_fast_wait(PyObject *self, int epfd, Py_ssize_t nwatchers, PyObject *second
             goto finally;
         }
     }
-    int count = wait_retrying(self, epoll_call, &call, seconds);
+    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object);
     if (count < 0) {
         goto finally;
     }
@@ -475,27 +493,30 @@ poll_call(void *call, int timeout)
     return poll(c->fds, c->size, timeout);
 }
 
-/* wait()'s fast path on POLL: poll(2) on the mechanism's struct pollfd array (`pollfds`, a
- * bytearray, held exported for the call so that nothing can resize it meanwhile). */
+/* wait()'s fast path on POLL: poll(2) on a copy of the mechanism's struct pollfd array
+ * (`pollfds`, a bytearray).  A copy, as CPython's poll object polls its own array: a signal
+ * handler run between retries, or another thread, may change the poll set meanwhile. */
 static PyObject *
 poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double seconds,
                PyObject *started, int cut)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(pollfds, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
+    struct pollfd stack_fds[STACK_REPORTS];
     Report stack_reports[STACK_REPORTS];
     Report *reports = stack_reports;
-    PollCall call = {view.buf, (nfds_t)((size_t)view.len / sizeof(struct pollfd))};
+    size_t size = (size_t)PyByteArray_GET_SIZE(pollfds) / sizeof(struct pollfd);
+    PollCall call = {stack_fds, (nfds_t)size};
     PyObject *result = NULL;
-    int exported = 1;
-    int count = wait_retrying(self, poll_call, &call, seconds);
-    if (count < 0) {
-        goto finally;
+    if (size > STACK_REPORTS) {
+        call.fds = PyMem_New(struct pollfd, size);
+        reports = PyMem_New(Report, size);
+        if (call.fds == NULL || reports == NULL) {
+            PyErr_NoMemory();
+            goto finally;
+        }
     }
-    if (count > STACK_REPORTS && (reports = PyMem_New(Report, (size_t)count)) == NULL) {
-        PyErr_NoMemory();
+    memcpy(call.fds, PyByteArray_AS_STRING(pollfds), size * sizeof(struct pollfd));
+    int count = wait_retrying(self, poll_call, &call, seconds, NULL);
+    if (count < 0) {
         goto finally;
     }
     int found = 0;
@@ -506,17 +527,14 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
             found++;
         }
     }
-    /* Released before deliver(), whose Python calls may change the poll set. */
-    PyBuffer_Release(&view);
-    exported = 0;
     result = deliver(self, reports, found, seconds_obj, started, cut);
 
 finally:
+    if (call.fds != stack_fds) {
+        PyMem_Free(call.fds);
+    }
     if (reports != stack_reports) {
         PyMem_Free(reports);
-    }
-    if (exported) {
-        PyBuffer_Release(&view);
     }
     return result;
 }
@@ -629,8 +647,10 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto finally;
     }
     if (epfd >= 0 && epfd <= INT_MAX) {
-        result = epoll_fast_wait(self, (int)epfd, PyDict_GET_SIZE(watchers), seconds,
-                                 wait_value, started, cut);
+        /* _fast_poll is the epoll object's bound poll(): that object, to ask if closed. */
+        PyObject *epoll_object = PyCFunction_Check(poll) ? PyCFunction_GET_SELF(poll) : NULL;
+        result = epoll_fast_wait(self, (int)epfd, epoll_object, PyDict_GET_SIZE(watchers),
+                                 seconds, wait_value, started, cut);
         goto finally;
     }
 #endif

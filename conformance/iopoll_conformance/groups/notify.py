@@ -195,4 +195,5 @@ class NotifyRules:
         if before is not None:
             # At most as many: 20 handles that kept their fds would be 20 more (another
             # thread or finalizer may close one of its own meanwhile).
-            assert _open_fds() <= before
+            after = _open_fds()
+            assert after is not None and after <= before
