@@ -133,10 +133,12 @@ class TimerHandle(SourceHandle):
         return f"<TimerHandle {kind}timeout={self.timeout!r}>"
 
 
-# eventfd on Linux; a pipe on other POSIX systems; a socket pair on Windows (whose poll and
-# select take sockets only).
-_EVENTFD = hasattr(os, "eventfd")
-_WINDOWS = sys.platform == "win32"
+# eventfd on Linux; a pipe on other POSIX systems; a socket pair on Windows, whose WSAPoll
+# and select take sockets only.  IOPOLL_WSAPOLL_LIBC, the switch that runs the WSAPOLL
+# backend's code on libc poll() for testing (src/iopoll/_wsapoll.py), picks the socket pair
+# too: that backend refuses anything else there as on Windows.
+_WINDOWS = sys.platform == "win32" or os.environ.get("IOPOLL_WSAPOLL_LIBC", "") not in ("", "0")
+_EVENTFD = hasattr(os, "eventfd") and not _WINDOWS
 
 
 class NotifyHandle(SourceHandle):
