@@ -26,7 +26,6 @@ from iopoll.loop import (
     IoPollDriver,
     SelectorsDriver,
     TracingDriver,
-    UnsupportedFeatureError,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -185,24 +184,6 @@ def test_close_restores_the_mask(loop: Driver) -> None:
     loop.on_signal(signal.SIGUSR2, lambda cid, s: None)
     assert blocked() == mask | {signal.SIGUSR1, signal.SIGUSR2}
     loop.close()  # type: ignore[attr-defined]
-    assert blocked() == mask
-
-
-def test_only_the_main_thread(loop: Driver) -> None:
-    mask = blocked()
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            loop.on_signal(signal.SIGUSR1, lambda cid, s: None)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    thread.join()
-    assert len(errors) == 1 and isinstance(errors[0], UnsupportedFeatureError)
-    assert loop.get_identifiers() == [] and signal_watchers(loop) == []
     assert blocked() == mask
 
 

@@ -931,14 +931,7 @@ class StillBlocked(BaseException):
     """A second SIGALRM: the first one's exception did not end the wait."""
 
 
-UNTIL_RAISED: list[Any] = [
-    pytest.param(lambda ctx: ctx.wait(None), False, id="wait(None)"),
-    pytest.param(lambda ctx: ctx.wait(None), True, id="wait(None)+timer"),
-    pytest.param(lambda ctx: ctx.wait(5.0), False, id="wait(5.0)"),
-    pytest.param(lambda ctx: ctx.wait(5), False, id="wait(5)"),
-    pytest.param(lambda ctx: ctx.wait(timedelta(seconds=5)), False, id="wait(timedelta)"),
-    pytest.param(lambda ctx: ctx.wait(5, 0, 3), False, id="wait(5,0,3)"),
-]
+UNTIL_RAISED = UNTIL_DATA  # the same blocking waits, ended by the handler's exception
 
 
 @needs_sigalrm

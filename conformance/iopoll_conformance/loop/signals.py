@@ -101,6 +101,7 @@ class SignalRules(DriverHarness):
         from iopoll.loop import UnsupportedFeatureError
 
         errors: list[BaseException] = []
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
         def worker() -> None:
             try:
@@ -113,3 +114,4 @@ class SignalRules(DriverHarness):
         thread.join()
         assert len(errors) == 1 and isinstance(errors[0], UnsupportedFeatureError)
         assert loop.get_identifiers() == []
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask  # nothing blocked

@@ -59,14 +59,53 @@ class SignalSource(Protocol):
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
-class SignalState:
-    """Installed handlers, their previous values, the wakeup socketpair and pending signals."""
+class _PerSignal:
+    """The callbacks counted per signal: the first starts receiving it (``_first``), the
+    last stops and restores what was there (``_last``)."""
 
-    __slots__ = ("pending", "counts", "previous", "reader", "writer", "previous_wakeup", "_watch")
+    __slots__ = ("pending", "counts")
 
-    def __init__(self, watch: Callable[[socket.socket | None], None]) -> None:
+    def __init__(self) -> None:
         self.pending: deque[int] = deque()
         self.counts: dict[int, int] = {}
+
+    def add(self, signum: int) -> None:
+        """One more callback for ``signum``."""
+        count = self.counts.get(signum, 0)
+        if count == 0:
+            self._first(signum)  # before the count: ``counts`` tells it if it is the first
+        self.counts[signum] = count + 1
+
+    def remove(self, signum: int) -> None:
+        """One callback fewer for ``signum``."""
+        count = self.counts[signum] - 1
+        if count:
+            self.counts[signum] = count
+            return
+        del self.counts[signum]
+        self._last(signum)
+
+    def close(self) -> None:
+        """Stop receiving every signal (the driver is going away)."""
+        for signum in list(self.counts):
+            self.counts[signum] = 1
+            self.remove(signum)
+        self.pending.clear()
+
+    def _first(self, signum: int) -> None:
+        raise NotImplementedError
+
+    def _last(self, signum: int) -> None:
+        raise NotImplementedError
+
+
+class SignalState(_PerSignal):
+    """Installed handlers, their previous values, the wakeup socketpair and pending signals."""
+
+    __slots__ = ("previous", "reader", "writer", "previous_wakeup", "_watch")
+
+    def __init__(self, watch: Callable[[socket.socket | None], None]) -> None:
+        super().__init__()
         self.previous: dict[int, _Handler] = {}
         self.reader: socket.socket | None = None
         self.writer: socket.socket | None = None
@@ -87,27 +126,18 @@ class SignalState:
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.pending.append(signum)
 
-    def add(self, signum: int) -> None:
-        """One more callback for ``signum``: install the handler with the first."""
-        count = self.counts.get(signum, 0)
-        if count == 0:
+    def _first(self, signum: int) -> None:
+        # The handler (and, for the first signal, the wakeup fd) with the first callback.
+        if not self.counts:
+            self._open_wakeup()
+        try:
+            self.previous[signum] = signal.signal(signum, self._handler)
+        except BaseException:
             if not self.counts:
-                self._open_wakeup()
-            try:
-                self.previous[signum] = signal.signal(signum, self._handler)
-            except BaseException:
-                if not self.counts:
-                    self._close_wakeup()
-                raise
-        self.counts[signum] = count + 1
+                self._close_wakeup()
+            raise
 
-    def remove(self, signum: int) -> None:
-        """One callback fewer for ``signum``: restore the previous handler with the last."""
-        count = self.counts[signum] - 1
-        if count:
-            self.counts[signum] = count
-            return
-        del self.counts[signum]
+    def _last(self, signum: int) -> None:
         previous = self.previous.pop(signum)
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         if not self.counts:
@@ -148,14 +178,7 @@ class SignalState:
         writer.close()
         self.pending.clear()
 
-    def close(self) -> None:
-        """Restore every handler and the wakeup fd (the driver is going away)."""
-        for signum in list(self.counts):
-            self.counts[signum] = 1
-            self.remove(signum)
-
-
-class HandleSignals:
+class HandleSignals(_PerSignal):
     """Signals through one ``SignalHandle`` per signal number in ``context`` (SPEC 10).
 
     The first callback for a signal adds a watcher of a new handle for it (the engine then
@@ -169,31 +192,22 @@ class HandleSignals:
     either).
     """
 
-    __slots__ = ("pending", "counts", "_context", "_data", "_registered", "_watchers")
+    __slots__ = ("_context", "_data", "_registered", "_watchers")
 
     def __init__(self, context: Context, data: object, registered: Callable[[int], None]) -> None:
-        self.pending: deque[int] = deque()
-        self.counts: dict[int, int] = {}
+        super().__init__()
         self._context = context
         self._data = data
         self._registered = registered
         self._watchers: dict[int, Watcher] = {}
 
-    def add(self, signum: int) -> None:
-        count = self.counts.get(signum, 0)
-        if count == 0:
-            self._watchers[signum] = self._context.add(
-                SignalHandle((signum,)), Event.SIGNAL, self._data
-            )
-            self._registered(1)
-        self.counts[signum] = count + 1
+    def _first(self, signum: int) -> None:
+        self._watchers[signum] = self._context.add(
+            SignalHandle((signum,)), Event.SIGNAL, self._data
+        )
+        self._registered(1)
 
-    def remove(self, signum: int) -> None:
-        count = self.counts[signum] - 1
-        if count:
-            self.counts[signum] = count
-            return
-        del self.counts[signum]
+    def _last(self, signum: int) -> None:
         watcher = self._watchers.pop(signum)
         try:
             watcher.remove()  # the engine takes what is still pending, then unblocks
@@ -204,9 +218,3 @@ class HandleSignals:
     def take(self, token: Any) -> None:
         handle: SignalHandle = token.handle
         self.pending.extend(handle.delivered())
-
-    def close(self) -> None:
-        for signum in list(self.counts):
-            self.counts[signum] = 1
-            self.remove(signum)
-        self.pending.clear()
