@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -33,21 +33,13 @@ def blocked() -> set[int]:
     return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
 
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    a, b = socket.socketpair()
-    yield a, b
-    a.close()
-    b.close()
-
-
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
 def test_an_armed_timer_keeps_the_fast_path_and_bounds_its_wait(
-    backend: Backend, pair: tuple[socket.socket, socket.socket]
+    backend: Backend, pairs: Callable[[], tuple[socket.socket, socket.socket]]
 ) -> None:
     """The fast path stays on with timers armed: it knows the first deadline, cuts its OS
     wait there, and leaves a due timer to the general path (which reports it first)."""
-    a, b = pair
+    a, b = pairs()
     with Context(backend) as ctx:
         reader = ctx.add(b, Event.READ, "b")
         assert ctx._fast_poll is not None and ctx._first_timer is None

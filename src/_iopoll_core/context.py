@@ -964,9 +964,7 @@ class Context(_Uncopyable):
 
     def _check_source_supported(self, mechanism: Mechanism, handle: SourceHandle) -> None:
         needs = handle._needs
-        if (needs == "signal" and not mechanism.supports_signal_handles) or (
-            needs == "process" and not mechanism.supports_process_handles
-        ):
+        if needs and not getattr(mechanism, needs):
             raise FailedHandleAddError(
                 f"Failed to add handle: backend {self._backend.name} has no source for a "
                 f"{type(handle).__name__} here",

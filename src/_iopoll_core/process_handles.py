@@ -46,7 +46,7 @@ class ProcessHandle(SourceHandle):
     __slots__ = ("_pid", "_fd", "_status", "_closing")
 
     _event = Event.PROCESS
-    _needs = "process"
+    _needs = "supports_process_handles"
     _pid: int
     _fd: int  # the pidfd; -1 where there is none
     _status: int | None

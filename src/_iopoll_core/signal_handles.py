@@ -162,7 +162,7 @@ class SignalHandle(SourceHandle):
     __slots__ = ("_signals", "_delivered", "_fd", "_closing", "_watchers")
 
     _event = Event.SIGNAL
-    _needs = "signal"
+    _needs = "supports_signal_handles"
     _holds_process_state = True
     _signals: tuple[int, ...]
     _delivered: list[int]

@@ -37,7 +37,7 @@ class SourceHandle(Handle):
 
     # The event its watchers ask for and report.
     _event: ClassVar[Event]
-    # The Backend.supports_*() capability it needs ("signal", "process"), or "" for none.
+    # The Mechanism capability it needs (the flag behind Backend.supports_*()), or "".
     _needs: ClassVar[str] = ""
     # Whether a watcher of it holds process-wide state that must be given back when the
     # watcher goes, even by the garbage collector (a SignalHandle's blocked signals).
