@@ -155,7 +155,7 @@ class Entry:
 class Side:
     """One context with its own streams, notify handles, timers and watchers."""
 
-    module: ModuleType
+    make_context: Callable[[], Ctx]
     ctx: Ctx = None
     locals: list[socket.socket] = field(default_factory=list)
     peers: list[socket.socket] = field(default_factory=list)
@@ -167,7 +167,7 @@ class Side:
 
     def open(self) -> None:
         """The context, SLOTS non-blocking socket pairs and NOTIFIERS notify handles."""
-        self.ctx = self.module.Context(Backend.EPOLL)
+        self.ctx = self.make_context()
         for _ in range(SLOTS):
             local, peer = socket.socketpair()
             local.setblocking(False)
@@ -212,6 +212,12 @@ class Side:
 class DifferentialMachine(RuleBasedStateMachine):
     """The same operations on a C and a pure context; their answers must be the same."""
 
+    # The two contexts compared: the fast one first, the reference second.
+    CONTEXTS: ClassVar[tuple[Callable[[], Ctx], Callable[[], Ctx]]] = (
+        lambda: iopoll.Context(Backend.EPOLL),
+        lambda: pure_iopoll.Context(Backend.EPOLL),
+    )
+
     def __init__(self) -> None:
         super().__init__()
         self.sides: list[Side] = []
@@ -231,7 +237,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     def start(self, watched: list[tuple[int, Event]], readable: list[int]) -> None:
         """Both sides, everything with an fd made now; then some watchers and bytes, so
         that a run starts with something to report whichever rules it draws."""
-        self.sides = [Side(iopoll), Side(pure_iopoll)]
+        self.sides = [Side(make) for make in self.CONTEXTS]
         for side in self.sides:
             side.open()
         self.slots = [SlotState() for _ in range(SLOTS)]

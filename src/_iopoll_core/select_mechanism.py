@@ -170,19 +170,28 @@ class SelectMechanism(Mechanism):
         ]
     )
 
+    # What the polyfill's fused wait (iopoll_polyfill/fallback.py) reads, besides poll():
+    # the fd lists select() is given, fresh while ``changed`` is false; each registered
+    # fd's kind; each armed fd's events; and the buffer FIONREAD writes its count into.
+    readers: list[int]
+    writers: list[int]
+    changed: bool
+    kinds: dict[int, int]  # registered fd -> kind (kept while disarmed)
+    interest: dict[int, int]  # armed fd -> Event bits
+    count: bytearray  # mutable, so that no bytes object is made per call
+
     def __init__(self) -> None:
-        self._interest: dict[int, int] = {}  # armed fd -> Event bits
-        self._kinds: dict[int, int] = {}  # registered fd -> kind (kept while disarmed)
-        self._readers: list[int] = []
-        self._writers: list[int] = []
-        self._changed = False
+        self.interest = {}
+        self.kinds = {}
+        self.readers = []
+        self.writers = []
+        self.changed = False
         self._not_open = False  # a fd registered since the last poll had no open file
-        # FIONREAD writes its count here: a mutable buffer spares a bytes object per call.
-        self._count = bytearray(len(_NO_BYTES))
+        self.count = bytearray(len(_NO_BYTES))
 
     def register(self, fd: int, events: int) -> None:
         if _WINDOWS:
-            if fd not in self._kinds and len(self._kinds) >= FD_SETSIZE:
+            if fd not in self.kinds and len(self.kinds) >= FD_SETSIZE:
                 raise Refusal(
                     ErrorCode.TOOBIG,
                     f"select() on Windows watches at most {FD_SETSIZE} sockets (FD_SETSIZE); "
@@ -198,40 +207,45 @@ class SelectMechanism(Mechanism):
         if kind == _NOT_OPEN:
             self._not_open = True
             kind = _ALWAYS  # if it is open by the next poll, it is whatever fd it became
-        self._kinds[fd] = kind
+        self.kinds[fd] = kind
         self.modify(fd, events)
 
     def modify(self, fd: int, events: int) -> None:
-        self._interest[fd] = int(events)
-        self._changed = True
+        self.interest[fd] = int(events)
+        self.changed = True
 
     def unregister(self, fd: int) -> bool:
-        self._interest.pop(fd, None)
-        self._kinds.pop(fd, None)
-        self._changed = True
+        self.interest.pop(fd, None)
+        self.kinds.pop(fd, None)
+        self.changed = True
         return True
 
     def disarm(self, fd: int) -> None:
-        # Kept in _kinds so that re-arming through modify() needs no fstat.
-        if self._interest.pop(fd, None) is not None:
-            self._changed = True
+        # Kept in kinds so that re-arming through modify() needs no fstat.
+        if self.interest.pop(fd, None) is not None:
+            self.changed = True
+
+    def refresh(self) -> list[tuple[int, int]]:
+        """Bring ``readers`` and ``writers`` up to date with the registrations; return the
+        fds registered with no open file that are still not open (reported invalid)."""
+        if self._not_open:
+            self._not_open = False
+            invalid = self._invalid_fds()
+            if invalid:
+                return invalid
+        self.readers = list(self.interest)
+        self.writers = [fd for fd, ev in self.interest.items() if ev & _WANTS_WRITE]
+        self.changed = False
+        return []
 
     def poll(self, timeout: float, max_events: int) -> list[tuple[int, int]]:
-        # The hot path: it allocates only what it returns, plus a set in the rare case
-        # of unwanted bytes.  Translation is inline to spare a call per wait.
-        if self._changed:
-            if self._not_open:
-                self._not_open = False
-                invalid = self._invalid_fds()
-                if invalid:
-                    return self._drop_invalid(invalid, max_events)
-            self._readers = list(self._interest)
-            self._writers = [fd for fd, ev in self._interest.items() if ev & _WANTS_WRITE]
-            self._changed = False
-        readers, writers = self._readers, self._writers
         # The clock is read only when the wait may have to be resumed (see below).
+        if self.changed:
+            invalid = self.refresh()
+            if invalid:
+                return self._drop_invalid(invalid, max_events)
+        readers, writers = self.readers, self.writers
         deadline = time.monotonic() + timeout if timeout > 0 else 0.0
-        interest, kinds, count = self._interest, self._kinds, self._count
         while True:
             try:
                 readable, writable, _ = _select(
@@ -242,31 +256,7 @@ class SelectMechanism(Mechanism):
                     raise
                 invalid = self._invalid_fds()
                 return self._drop_invalid(invalid, max_events) if invalid else invalid
-            ready: list[tuple[int, int]] = []
-            parked: set[int] | None = None
-            for fd in readable:
-                kind = kinds[fd]
-                if kind == _ALWAYS:
-                    bits = _READ
-                else:
-                    try:  # FIONREAD: are bytes waiting, or is this end of file?
-                        _ioctl(fd, _FIONREAD, count)
-                        bits = _READ if count != _NO_BYTES else self._without_bytes(fd, kind)
-                    except OSError:  # a listening socket (EINVAL), or Windows: no ioctl
-                        bits = self._without_bytes(fd, kind)
-                if not interest[fd] & _WANTS_READ:
-                    bits &= _NOT_READ
-                    if not bits:
-                        if parked is None:
-                            parked = set()
-                        parked.add(fd)
-                        continue
-                ready.append((fd, bits))
-            if writable:
-                if not ready:
-                    return [(fd, _WRITE) for fd in writable]
-                self._merge_writable(ready, writable)
-                return ready
+            ready, parked = self.translate(readable, writable)
             if ready or parked is None or timeout == 0:
                 return ready
             # Only unwanted bytes woke us: wait on without reading those fds, for the rest
@@ -278,6 +268,38 @@ class SelectMechanism(Mechanism):
                 if timeout != 0:
                     time.sleep(timeout if timeout > 0 else self.max_timeout)
                 return []
+
+    def translate(
+        self, readable: list[int], writable: list[int]
+    ) -> tuple[list[tuple[int, int]], set[int] | None]:
+        """What select()'s answer means: the raw reports, and the fds that were readable
+        only with bytes their watcher did not ask for (None if there were none)."""
+        interest, kinds, count = self.interest, self.kinds, self.count
+        ready: list[tuple[int, int]] = []
+        parked: set[int] | None = None
+        for fd in readable:
+            kind = kinds[fd]
+            if kind == _ALWAYS:
+                bits = _READ
+            else:
+                try:  # FIONREAD: are bytes waiting, or is this end of file?
+                    _ioctl(fd, _FIONREAD, count)
+                    bits = _READ if count != _NO_BYTES else self._without_bytes(fd, kind)
+                except OSError:  # a listening socket (EINVAL), or Windows: no ioctl
+                    bits = self._without_bytes(fd, kind)
+            if not interest[fd] & _WANTS_READ:
+                bits &= _NOT_READ
+                if not bits:
+                    if parked is None:
+                        parked = set()
+                    parked.add(fd)
+                    continue
+            ready.append((fd, bits))
+        if writable:
+            if not ready:
+                return [(fd, _WRITE) for fd in writable], parked
+            self._merge_writable(ready, writable)
+        return ready, parked
 
     def _drop_invalid(
         self, invalid: list[tuple[int, int]], max_events: int
@@ -294,7 +316,7 @@ class SelectMechanism(Mechanism):
     def _without_bytes(self, fd: int, kind: int) -> int:
         """What a readable fd with no bytes counted means, by kind."""
         if kind == _STREAM:
-            return _peek(fd, self._kinds)
+            return _peek(fd, self.kinds)
         if kind == _PIPE:
             return _HANGUP  # end of file: every writer is gone
         return _ERROR  # _PIPE_WRITER: the reader is gone
@@ -311,7 +333,7 @@ class SelectMechanism(Mechanism):
 
     def _invalid_fds(self) -> list[tuple[int, int]]:
         bad = []
-        for fd in self._interest:
+        for fd in self.interest:
             try:
                 os.fstat(fd)
             except OSError:
@@ -319,7 +341,7 @@ class SelectMechanism(Mechanism):
         return bad
 
     def close(self) -> None:
-        self._interest.clear()
-        self._kinds.clear()
-        self._readers = []
-        self._writers = []
+        self.interest.clear()
+        self.kinds.clear()
+        self.readers = []
+        self.writers = []

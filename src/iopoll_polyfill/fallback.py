@@ -6,10 +6,24 @@ This module is always the select implementation, whichever one ``iopoll_polyfill
 
 from __future__ import annotations
 
+import time
+
 from _iopoll_core.api import *  # noqa: F403  (the names every implementation shares)
+from _iopoll_core.arguments import FOREVER
 from _iopoll_core.backend import BackendBase
 from _iopoll_core.context import Context as _EngineContext
-from _iopoll_core.select_mechanism import FD_SETSIZE, SelectMechanism
+from _iopoll_core.select_mechanism import (
+    _ALWAYS,
+    _FIONREAD,
+    _NO_BYTES,
+    _READ,
+    _WANTS_READ,
+    _WRITE,
+    FD_SETSIZE,
+    SelectMechanism,
+    _ioctl,
+    _select,
+)
 from _iopoll_core.watcher import Watcher as Watcher
 
 # SPEC sections 1 and 10, and FD_SETSIZE; tests/test_public_names.py holds it to docs/SPEC.md.
@@ -64,6 +78,9 @@ _WHOLE_SECONDS = (
 )
 
 _engine_wait = _EngineContext.wait
+_MAX_TIMEOUT = SelectMechanism.max_timeout
+_decode = SelectMechanism.decode
+_READ_EVENT, _WRITE_EVENT = _decode[_READ], _decode[_WRITE]
 
 
 class Context(_EngineContext):
@@ -77,6 +94,7 @@ class Context(_EngineContext):
 
     __slots__ = ()
     _backend_type = Backend
+    _usable: SelectMechanism | None
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         super().__init__(backend)
@@ -100,6 +118,75 @@ class Context(_EngineContext):
         runs unchanged on native ``iopoll``, whose ``wait`` takes the same arguments).
         At most ``max_events`` watchers are returned; the rest stay ready for the next call.
         """
+        mechanism = self._usable
+        watchers = self._watchers
+        if (
+            mechanism is not None
+            and self._fast_poll is not None
+            and not mechanism.changed
+            and self._first_timer is None
+            and max_events is None
+            and microseconds == 0
+            and watchers
+            and (timeout is None or (type(timeout) is int and 0 <= timeout <= _MAX_TIMEOUT))
+        ):
+            # The engine's fast path and SelectMechanism.poll() fused into one pass, for
+            # the common case: each readable fd has bytes waiting (or cannot reach end of
+            # file) and a plain, open watcher that asked for READ; or only writers are
+            # ready.  Anything else is handed, with the same select() answer, to the
+            # mechanism's translation and the engine's general path: no rule is decided
+            # here, and what this loop did (setting _triggered) is done again there.
+            started = time.monotonic() if timeout else 0.0
+            try:
+                readable, writable, _ = _select(mechanism.readers, mechanism.writers, (), timeout)
+            except OSError as exc:
+                traceback = exc.__traceback__
+                if traceback is not None and traceback.tb_next is None:
+                    # select() itself failed (a closed fd: EBADF): the mechanism's poll
+                    # finds the culprits, or reports the failure.  An OSError with frames
+                    # below this one is a signal handler's, and leaves wait() (PEP 475).
+                    return _engine_wait(self, timeout, 0, None)
+                raise
+            ready: list[Watcher] = []
+            try:
+                if not writable:
+                    kinds, interest, count = mechanism.kinds, mechanism.interest, mechanism.count
+                    for fd in readable:
+                        if kinds[fd] != _ALWAYS:
+                            # FIONREAD: bytes waiting, or end of file (or a reset)?  OSError
+                            # (a listening socket's EINVAL) goes to the translation.
+                            _ioctl(fd, _FIONREAD, count)
+                            if count == _NO_BYTES:
+                                break
+                        watcher = watchers[fd]
+                        if not watcher._plain or not interest[fd] & _WANTS_READ:
+                            break
+                        if watcher._probe() != fd:  # Watcher._stream_open(), inlined
+                            break
+                        watcher._triggered = _READ_EVENT
+                        ready.append(watcher)
+                    else:
+                        return ready
+                elif not readable:
+                    for fd in writable:
+                        watcher = watchers[fd]
+                        if not watcher._plain or watcher._probe() != fd:
+                            break
+                        watcher._triggered = _WRITE_EVENT
+                        ready.append(watcher)
+                    else:
+                        return ready
+            except Exception:  # no watcher; a closed file's fileno(); the ioctl's OSError
+                pass
+            raw, _ = mechanism.translate(readable, writable)
+            return self._finish_wait(raw, FOREVER if timeout is None else timeout, started)
+        return self._unfused_wait(timeout, microseconds, max_events)
+
+    def _unfused_wait(
+        self, timeout: int | None, microseconds: int, max_events: int | None
+    ) -> list[Watcher]:
+        """``wait()`` without the fused pass: the engine's, once the timeout's type is
+        checked (tests/test_speedups_differential.py runs the two side by side)."""
         if (
             timeout is not None
             and type(timeout) is not int

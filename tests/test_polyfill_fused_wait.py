@@ -1,0 +1,222 @@
+"""The polyfill's fused ``wait()`` against the engine's, call by call (issue 13).
+
+``iopoll_polyfill.fallback.Context.wait`` runs select() itself and turns its answer into
+watchers in one pass when every report is the common case: a readable fd with bytes waiting
+(or of a kind that has no end of file) whose plain, open watcher asked for ``READ``; or only
+writable fds.  Anything else is handed, with the same select() answer, to
+``SelectMechanism.translate`` and the engine's general path.  ``_UnfusedContext`` is the
+same class with the fused pass off: the reference.
+
+* ``PolyfillDifferentialMachine``: the Hypothesis state machine of
+  ``test_speedups_differential`` on a fused and an unfused polyfill context.
+* Targeted cases, one per hand-back: each is run on both contexts, must give the same
+  transcript on both, and asserts that transcript.  The cases reach what random programs
+  rarely do (a one-shot writer whose buffer drains, bytes for a watcher that did not ask
+  for them while its buffer is full, a listening socket's FIONREAD error, EBADF, an OSError
+  from a signal handler).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import pytest
+from hypothesis.stateful import run_state_machine_as_test
+
+import iopoll_polyfill.fallback as fallback
+from test_speedups_differential import DIFFERENTIAL, DifferentialMachine
+
+Event = fallback.Event
+READ, WRITE, ONESHOT = Event.READ, Event.WRITE, Event.ONESHOT
+MakePair = Callable[[], tuple[socket.socket, socket.socket]]  # conftest's ``pairs`` fixture
+Scenario = Callable[[type[fallback.Context], MakePair], list[Any]]
+
+
+class _UnfusedContext(fallback.Context):
+    """The polyfill's Context with its fused select() pass turned off: the reference."""
+
+    __slots__ = ()
+
+    def wait(  # type: ignore[override]
+        self, timeout: int | None = None, microseconds: int = 0, max_events: int | None = None
+    ) -> list[Any]:
+        return self._unfused_wait(timeout, microseconds, max_events)
+
+
+class PolyfillDifferentialMachine(DifferentialMachine):
+    """The fused wait against the unfused one (edge triggering and float timeouts are
+    refused alike on both sides)."""
+
+    CONTEXTS = (fallback.Context, _UnfusedContext)
+
+
+def test_the_fused_wait_agrees_step_by_step() -> None:
+    """Random programs on the polyfill with and without its fused pass give the same answers."""
+    run_state_machine_as_test(PolyfillDifferentialMachine, settings=DIFFERENTIAL)
+
+
+def _labels(result: list[Any]) -> list[tuple[Any, int]]:
+    return [(w.data, int(w.triggered_events)) for w in result]
+
+
+def _fill(sock: socket.socket) -> None:
+    """Send until ``sock``'s buffer is full: it stops being writable."""
+    chunk = b"x" * 65536
+    while True:
+        try:
+            sock.send(chunk)
+        except BlockingIOError:
+            return
+
+
+def _drain(sock: socket.socket) -> None:
+    while True:
+        try:
+            if not sock.recv(1 << 20):
+                return
+        except BlockingIOError:
+            return
+
+
+def _one_shot_writer(context: type[fallback.Context], make: MakePair) -> list[Any]:
+    a, b = make()
+    _fill(a)
+    with context() as ctx:
+        once = ctx.add(a, WRITE | ONESHOT, "once")
+        transcript = [_labels(ctx.wait(0))]  # full: not writable
+        _drain(b)
+        transcript.append(_labels(ctx.wait(None)))  # writable: reported once ...
+        transcript.append(_labels(ctx.wait(0)))  # ... and disarmed
+        transcript.append(once.is_active())
+    return transcript
+
+
+def _end_of_file(context: type[fallback.Context], make: MakePair) -> list[Any]:
+    a, b = make()
+    with context() as ctx:
+        ctx.add(b, READ, "eof")
+        transcript = [_labels(ctx.wait(0))]
+        a.shutdown(socket.SHUT_WR)
+        transcript.append(_labels(ctx.wait(None)))
+    return transcript
+
+
+def _listener(context: type[fallback.Context], make: MakePair) -> list[Any]:
+    with socket.create_server(("127.0.0.1", 0)) as server, context() as ctx:
+        server.setblocking(False)
+        ctx.add(server, READ, "listener")
+        transcript = [_labels(ctx.wait(0))]
+        clients = []
+        for _ in range(2):  # the first FIONREAD fails (EINVAL); the second wait knows
+            clients.append(socket.create_connection(server.getsockname()))
+            transcript.append(_labels(ctx.wait(None)))
+            server.accept()[0].close()
+        for client in clients:
+            client.close()
+    return transcript
+
+
+def _unwanted_bytes(context: type[fallback.Context], make: MakePair) -> list[Any]:
+    a, b = make()
+    _fill(b)
+    with context() as ctx:
+        ctx.add(b, WRITE, "writer")
+        transcript = [_labels(ctx.wait(0))]
+        a.send(b"unasked")  # readable now, but its watcher wants WRITE only, and it is full
+        transcript.append(_labels(ctx.wait(0)))
+        transcript.append(_labels(ctx.wait(0, 50_000)))
+        _drain(a)
+        transcript.append(_labels(ctx.wait(None)))
+    return transcript
+
+
+def _closed_behind_a_dup(context: type[fallback.Context], make: MakePair) -> list[Any]:
+    a, b = make()
+    with context() as ctx:
+        watcher = ctx.add(b, READ, "closed")
+        transcript = [_labels(ctx.wait(0))]
+        kept = os.dup(b.fileno())
+        try:
+            b.close()
+            a.send(b"x")  # the file is open and readable, its stream closed
+            transcript.append(_labels(ctx.wait(0)))
+            transcript.append((watcher.is_active(), len(ctx)))
+        finally:
+            os.close(kept)
+    return transcript
+
+
+def _closed_fd(context: type[fallback.Context], make: MakePair) -> list[Any]:
+    _, b = make()
+    c, d = make()
+    with context() as ctx:
+        gone = ctx.add(b, READ, "gone")
+        ctx.add(d, READ, "kept")
+        transcript = [_labels(ctx.wait(0))]
+        os.close(b.detach())  # no fd at all: select() fails with EBADF
+        c.send(b"x")
+        transcript.append(_labels(ctx.wait(None)))
+        transcript.append((gone.is_active(), len(ctx)))
+    return transcript
+
+
+SCENARIOS: dict[str, tuple[Scenario, list[Any]]] = {
+    "a one-shot writer whose buffer drains": (
+        _one_shot_writer,
+        [[], [("once", int(WRITE))], [], True],
+    ),
+    "end of file": (_end_of_file, [[], [("eof", int(READ | Event.HANGUP))]]),
+    "a listening socket": (
+        _listener,
+        [[], [("listener", int(READ))], [("listener", int(READ))]],
+    ),
+    "unwanted bytes on a full writer": (
+        _unwanted_bytes,
+        [[], [], [], [("writer", int(WRITE))]],
+    ),
+    "a stream closed behind a dup": (_closed_behind_a_dup, [[], [], (False, 0)]),
+    "a closed fd (EBADF)": (_closed_fd, [[], [("kept", int(READ))], (False, 1)]),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_each_hand_back_gives_the_unfused_answer(name: str, pairs: MakePair) -> None:
+    """The fused and the unfused wait give the same transcript, and it is the right one."""
+    scenario, expected = SCENARIOS[name]
+    assert scenario(_UnfusedContext, pairs) == expected
+    assert scenario(fallback.Context, pairs) == expected
+
+
+class FromTheHandler(OSError):
+    """An OSError a signal handler raises: wait() must let it through unchanged."""
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+@pytest.mark.parametrize("context", [fallback.Context, _UnfusedContext], ids=["fused", "unfused"])
+def test_an_oserror_from_a_signal_handler_leaves_wait_unchanged(
+    context: type[fallback.Context], pairs: MakePair
+) -> None:
+    """PEP 475: a handler's OSError is not select()'s failure, so it is neither wrapped in
+    FailedPollWaitError nor taken for EBADF (which would wait again)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise FromTheHandler(5, "from the handler")
+
+    _, b = pairs()
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        with context() as ctx:
+            ctx.add(b, READ, "never")
+            assert ctx.wait(0) == []  # select()'s fd lists are fresh now: the fused pass runs
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            with pytest.raises(FromTheHandler):
+                ctx.wait(5)
+            assert ctx.wait(0) == []  # the context is unchanged
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
