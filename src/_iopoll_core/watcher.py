@@ -12,7 +12,7 @@ from .handles import Handle, _Uncopyable
 from .source_handles import SourceHandle
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .context_state import ContextState
 
 __all__ = ["Watcher", "ACTIVE", "RETIRED", "REMOVED"]
 
@@ -44,7 +44,7 @@ class Watcher(_Uncopyable):
         "__weakref__",
     )
 
-    _context: weakref.ReferenceType[Context]
+    _context: weakref.ReferenceType[ContextState]
     _fd: int
     _handle: Handle
     _probe: Callable[[], int]
@@ -67,7 +67,7 @@ class Watcher(_Uncopyable):
     @classmethod
     def _make(
         cls,
-        context: weakref.ReferenceType[Context],
+        context: weakref.ReferenceType[ContextState],
         fd: int,
         handle: Handle,
         probe: Callable[[], int],
@@ -165,7 +165,7 @@ class Watcher(_Uncopyable):
         except Exception:
             return False
 
-    def _owning_context(self) -> Context:
+    def _owning_context(self) -> ContextState:
         context = self._context()
         if self._state != ACTIVE or context is None:
             raise InactiveWatcherError("Cannot modify inactive watcher")
