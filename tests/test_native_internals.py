@@ -266,11 +266,21 @@ def test_rebuild_refused_by_the_os_is_a_failed_add_with_toobig() -> None:
 @pytest.mark.parametrize("make_context", ALL_CONTEXTS)
 def test_a_timeout_too_long_for_a_float_still_sleeps(make_context: object) -> None:
     """SPEC 4: a positive timeout sleeps it, however large (here: longer than a float says)."""
+    import signal
     import threading
+
+    def sleep_it_out() -> None:
+        # The thread outlives the test, still sleeping: it must never take a signal that
+        # a later test sends to the process for its main thread's signalfd (a thread that
+        # leaves SIGUSR1 unblocked would take it, and its default action ends the process).
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        ctx.wait(10**400)
+        finished.set()
 
     with make_context() as ctx:  # type: ignore[operator]
         finished = threading.Event()
-        thread = threading.Thread(target=lambda: (ctx.wait(10**400), finished.set()), daemon=True)
+        thread = threading.Thread(target=sleep_it_out, daemon=True)
         thread.start()
         assert not finished.wait(0.3)  # still sleeping, as asked
 

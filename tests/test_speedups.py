@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -50,7 +51,7 @@ def test_the_c_code_is_in_use_when_built() -> None:
     )
     if iopoll._native.ACCELERATED:
         assert type(iopoll.Context.__dict__["wait"]).__name__ == "method_descriptor"
-        assert type(iopoll.Watcher.__dict__["data"]).__name__ == "getset_descriptor"
+        assert type(iopoll.Watcher.__dict__["data"]).__name__ == "member_descriptor"
 
 
 @pytest.mark.parametrize(("value", "accelerated"), [("1", False), ("0", BUILT), ("", BUILT)])
@@ -202,3 +203,47 @@ def test_watcher_data_is_read_only_on_both() -> None:
                     watcher.data = "b"  # type: ignore[misc]
                 watcher.modify_data("b")
                 assert watcher.data == "b"
+
+
+@pytest.mark.parametrize(
+    "backend", [b for b in (iopoll.Backend.EPOLL, iopoll.Backend.POLL) if b.is_available()]
+)
+@pytest.mark.parametrize("module", [iopoll, pure_iopoll], ids=["iopoll", "pure_iopoll"])
+def test_a_blocking_wait_lets_other_threads_run(module: Any, backend: iopoll.Backend) -> None:
+    """The C wait asks the OS first with the GIL held (nothing blocks then), and releases it
+    for the wait that blocks: a thread counting beside a 0.3 s wait on an idle socket gets
+    the whole 0.3 s, not only the interpreter's switch intervals (it would get none: a
+    thread blocked in the OS with the GIL runs no bytecode that could give it up)."""
+    import threading
+
+    a, b = socket.socketpair()
+    counted = [0]
+    stop = threading.Event()
+
+    def count() -> None:
+        while not stop.is_set():
+            counted[0] += 1
+
+    thread = threading.Thread(target=count)
+    try:
+        with module.Context(backend) as ctx:
+            ctx.add(b, Event.READ)
+            thread.start()
+            while counted[0] == 0:  # it runs
+                pass
+            before = counted[0]
+            time.sleep(0.3)  # what the thread counts while this one sleeps
+            asleep = counted[0] - before
+            before = counted[0]
+            assert ctx.wait(0.3) == []
+            during = counted[0] - before
+            a.send(b"x")
+            assert [w.triggered_events for w in ctx.wait(5)] == [Event.READ]  # ready at once
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        a.close()
+        b.close()
+    # Holding the GIL, the wait would leave it a few switch intervals' worth (under 5%).
+    assert during > asleep / 3, (during, asleep)

@@ -97,8 +97,16 @@ is_int_zero(PyObject *value)
 static PyObject *
 get_slot(PyObject *obj, PyMemberDef *member)
 {
-    /* New reference, or NULL with AttributeError when the slot was never set. */
-    return PyMember_GetOne((const char *)obj, member);
+    /* New reference, or NULL with AttributeError when the slot was never set.  What
+     * PyMember_GetOne does for the Py_T_OBJECT_EX members install() accepts, without its
+     * switch over member types: the fast path reads a dozen slots per wait(). */
+    PyObject *value = *(PyObject **)((char *)obj + member->offset);
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
+                     Py_TYPE(obj)->tp_name, member->name);
+        return NULL;
+    }
+    return Py_NewRef(value);
 }
 
 static PyObject *
@@ -207,8 +215,17 @@ decode_report(PyObject *watcher, PyObject *fd, PyObject *bits, PyObject *decode)
         }
         goto error;
     }
-    int same = PyObject_RichCompareBool(probed, fd, Py_EQ);
-    if (same < 0) {
+    int same;
+    if (PyLong_CheckExact(probed) && PyLong_CheckExact(fd)) {
+        /* The common case, compared without a rich comparison: two exact ints. */
+        int overflow;
+        long probed_fd = PyLong_AsLongAndOverflow(probed, &overflow);
+        same = !overflow && probed_fd == PyLong_AsLong(fd);
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+    }
+    else if ((same = PyObject_RichCompareBool(probed, fd, Py_EQ)) < 0) {
         goto error;
     }
     if (!same) {
@@ -275,7 +292,7 @@ poll_failed(PyObject *self)
 #ifdef IOPOLL_HAVE_NATIVE
 
 /* Reports that fit on the stack; more get a heap array per call. */
-#define STACK_REPORTS 64
+#define STACK_REPORTS 256
 
 /* One report of the OS, whichever call made it. */
 typedef struct {
@@ -315,11 +332,26 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
 {
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
     double deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
+    /* First what is ready now, asked with the GIL held, since nothing blocks: an event loop
+     * mostly calls wait() with something ready, and then skips giving up and taking back
+     * the GIL (two mutex operations, and waking any thread that waits for it; threads get
+     * the GIL at the interpreter's switch interval, as from any other C call).  Only when
+     * nothing is ready does the wait block, with the GIL released. */
+    int now_first = timeout != 0;
     for (;;) {
         int count;
-        Py_BEGIN_ALLOW_THREADS
-        count = wait(call, timeout);
-        Py_END_ALLOW_THREADS
+        if (now_first) {
+            now_first = 0;
+            count = wait(call, 0);
+            if (count == 0) {
+                continue; /* nothing yet: the blocking wait */
+            }
+        }
+        else {
+            Py_BEGIN_ALLOW_THREADS
+            count = wait(call, timeout);
+            Py_END_ALLOW_THREADS
+        }
         if (count >= 0) {
             return count;
         }
@@ -440,39 +472,37 @@ epoll_call(void *call, int timeout)
 
 /* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
  * report from each of `nwatchers` watchers (the fast path has no max_events). */
+_Static_assert(sizeof(Report) <= sizeof(struct epoll_event), "reports overwrite the events");
+
 static PyObject *
 epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwatchers,
                 PyObject *seconds_obj, double seconds, PyObject *started, int cut)
 {
     struct epoll_event stack_events[STACK_REPORTS];
-    Report stack_reports[STACK_REPORTS];
     EpollCall call = {epfd, stack_events, nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
-    Report *reports = stack_reports;
     PyObject *result = NULL;
     if (call.size > STACK_REPORTS) {
         call.events = PyMem_New(struct epoll_event, (size_t)call.size);
-        reports = PyMem_New(Report, (size_t)call.size);
-        if (call.events == NULL || reports == NULL) {
+        if (call.events == NULL) {
             PyErr_NoMemory();
-            goto finally;
+            return NULL;
         }
     }
     int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object);
-    if (count < 0) {
-        goto finally;
+    if (count >= 0) {
+        /* The reports are written over the events, in order: a Report is no larger than
+         * an epoll_event, so reports[i] never reaches events[i], which is read first.  One
+         * array per call, not two (a large one's malloc and free cost most at N=10,000). */
+        Report *reports = (Report *)call.events;
+        for (int i = 0; i < count; i++) {
+            struct epoll_event event = call.events[i];
+            reports[i].fd = event.data.fd; /* CPython's epoll registers data.fd = fd */
+            reports[i].bits = event.events;
+        }
+        result = deliver(self, reports, count, seconds_obj, started, cut);
     }
-    for (int i = 0; i < count; i++) {
-        reports[i].fd = call.events[i].data.fd; /* CPython's epoll registers data.fd = fd */
-        reports[i].bits = call.events[i].events;
-    }
-    result = deliver(self, reports, count, seconds_obj, started, cut);
-
-finally:
     if (call.events != stack_events) {
         PyMem_Free(call.events);
-    }
-    if (reports != stack_reports) {
-        PyMem_Free(reports);
     }
     return result;
 }
@@ -745,14 +775,12 @@ static PyMethodDef wait_def = {
     "Runs in C (iopoll._speedups); the pure-Python method it speeds up is the reference.",
 };
 
-static PyObject *
-watcher_data(PyObject *self, void *Py_UNUSED(closure))
-{
-    return get_slot(self, slots.data);
-}
-
-static PyGetSetDef data_def = {
-    "data", watcher_data, NULL, "The user data given to ``add`` or ``modify``.", NULL,
+/* Watcher.data: a read-only member at the offset of the _data slot (install() sets it), so
+ * that CPython 3.11+ specializes `watcher.data` as a slot read; a property, or a getset,
+ * costs a generic attribute lookup per read, and a loop reads it for every report. */
+static PyMemberDef data_def[] = {
+    {"data", Py_T_OBJECT_EX, 0, Py_READONLY, "The user data given to ``add`` or ``modify``."},
+    {NULL},
 };
 
 static PyMemberDef *
@@ -837,8 +865,9 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     }
     slots = found;
     slots_made = 1;
+    data_def[0].offset = found.data->offset;
     if (set_attribute(context_type, PyDescr_NewMethod(context_type, &wait_def)) < 0
-        || set_attribute(watcher_type, PyDescr_NewGetSet(watcher_type, &data_def)) < 0) {
+        || set_attribute(watcher_type, PyDescr_NewMember(watcher_type, data_def)) < 0) {
         return NULL; /* the slots stay: a class may hold one of the two already */
     }
     Py_RETURN_NONE;
