@@ -12,15 +12,25 @@ alike; each cell is the best of the repeats, with its ratio to the bare ``select
     python -m benchmarks.roundtrip              # 5,000 round trips, best of 9, N = 0 to 10,000
     python -m benchmarks.roundtrip --quick      # a few thousand, N = 0 and 100
     python benchmarks/roundtrip.py --n 0 1000 --repeats 5
+    python -m benchmarks.roundtrip --instructions --n 0 100   # callgrind: instructions instead
+
+Wall-clock rates on a shared machine drift; ``--instructions`` counts, with valgrind's
+callgrind, the instructions one round trip costs in user space for each column (two runs of
+different lengths, subtracted, so that start-up cancels out): the same figure on every run.
+The kernel's share of a round trip (three system calls a side) is not in it.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
+import re
 import select
 import selectors
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -496,6 +506,55 @@ def format_targets(results: Results) -> str:
     return "\n".join(f"target {words[met]}: {text}" for met, text in targets(results))
 
 
+def _child(title: str, n: int, count: int) -> None:
+    """Run ``count`` round trips of one column with ``n`` idle sockets (``--instructions``)."""
+    (column,) = [column for column in COLUMNS if column.title == title]
+    (a, b), *idle_pairs = socket_pairs(1 + (n + 1) // 2)
+    prepared = column.setup([a, b, *[sock for pair in idle_pairs for sock in pair][:n]])
+    if isinstance(prepared, str):
+        raise SystemExit(prepared)
+    round_trips(prepared[0], a, b, count)
+
+
+def _instructions_of(title: str, n: int, count: int) -> int:
+    """Instructions ``count`` round trips of one column cost, in a callgrind child."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         "-m", "benchmarks.roundtrip", "--child", title, str(n), str(count)],
+        capture_output=True, text=True, timeout=600, check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode or found is None:
+        raise RuntimeError(f"callgrind failed for {title}: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def count_instructions(ns: Sequence[int], count: int) -> str:
+    """The table of instructions per round trip: (long run - short run) / difference."""
+    short = 200
+    header = ["N idle", *(column.title for column in COLUMNS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    for n in ns:
+        cells = [f"{n:,}"]
+        base = None
+        for column in COLUMNS:
+            if column.title in (BARE_SELECT, SELECT_FIONREAD, "iopoll SELECT", POLYFILL) and (
+                n + 2 + FD_HEADROOM >= FD_SETSIZE
+            ):
+                cells.append("n/a (FD_SETSIZE)")
+                continue
+            per = (
+                _instructions_of(column.title, n, short + count)
+                - _instructions_of(column.title, n, short)
+            ) / count
+            base = per if column.title == BARE_EPOLL else base
+            ratio = "" if base is None else f" ({per / base:.2f}x)"
+            cells.append(f"{per:,.0f}{ratio}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _wait_language() -> str:
     import iopoll._native
 
@@ -523,7 +582,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per round trip with valgrind instead (default N = 0 100)",
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child[0], int(args.child[1]), int(args.child[2]))
+        return 0
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
+        count = args.round_trips or 2_000
+        ns = args.n if args.n is not None else QUICK_NS
+        print(
+            f"Instructions per round trip in user space (callgrind; {count:,} round trips, "
+            f"ratio to the bare select.epoll loop). Python {sys.version.split()[0]}, "
+            f"{sys.platform}; iopoll's wait() in {_wait_language()}."
+        )
+        print()
+        print(count_instructions(ns, count))
+        return 0
 
     count = args.round_trips
     if count is None:

@@ -310,8 +310,11 @@ class Context(GeneralWait):
                     watcher = watchers[fd]
                     if not watcher._plain:
                         break
-                    try:  # Watcher._stream_open(), inlined
-                        if watcher._probe() != fd:
+                    # Watcher._stream_open(), inlined.  The probe is read, then called:
+                    # `watcher._probe()` is a method lookup CPython cannot specialize.
+                    probe = watcher._probe
+                    try:
+                        if probe() != fd:
                             break
                     except Exception:  # a closed file's fileno(), or a broken handle's:
                         break  # _collect takes it for closed, as _stream_open() does

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -98,10 +99,18 @@ class Watcher(_Uncopyable):
         """The handle this watcher watches."""
         return self._handle
 
-    @property
-    def data(self) -> Any:
-        """The user data given to ``add`` or ``modify``."""
-        return self._data
+    if TYPE_CHECKING:
+
+        @property
+        def data(self) -> Any:
+            """The user data given to ``add`` or ``modify``."""
+
+    else:
+        # A loop reads it for every report: a C getter (no Python frame) behind the
+        # property.  iopoll's C accelerator replaces it with a read-only slot member.
+        data = property(
+            operator.attrgetter("_data"), doc="The user data given to ``add`` or ``modify``."
+        )
 
     @property
     def watched_events(self) -> Event:

@@ -161,7 +161,11 @@ class Context(_EngineContext):
                         watcher = watchers[fd]
                         if not watcher._plain or not interest[fd] & _WANTS_READ:
                             break
-                        if watcher._probe() != fd:  # Watcher._stream_open(), inlined
+                        # Watcher._stream_open(), inlined.  The probe is read first and
+                        # then called: `watcher._probe()` would be a method lookup that
+                        # CPython cannot specialize (the slot holds a bound method).
+                        probe = watcher._probe
+                        if probe() != fd:
                             break
                         watcher._triggered = _READ_EVENT
                         ready.append(watcher)
@@ -170,7 +174,8 @@ class Context(_EngineContext):
                 elif not readable:
                     for fd in writable:
                         watcher = watchers[fd]
-                        if not watcher._plain or watcher._probe() != fd:
+                        probe = watcher._probe
+                        if not watcher._plain or probe() != fd:
                             break
                         watcher._triggered = _WRITE_EVENT
                         ready.append(watcher)
