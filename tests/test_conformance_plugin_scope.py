@@ -9,11 +9,17 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from iopoll_conformance import ConformanceSuite
 from iopoll_conformance.fixtures import SuiteFixtures
 from iopoll_conformance.groups.add import AddRules
 from iopoll_conformance.loop import DriverConformance
 from iopoll_conformance.plugin import is_suite_class
+
+# Each case runs pytest in a subprocess: what they check is the plugin's, the same on every
+# Python version, so tox runs them once (py311; see tox.ini).
+pytestmark = pytest.mark.slow
 
 SUMMARY = "iopoll conformance summary"
 

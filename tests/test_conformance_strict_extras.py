@@ -19,6 +19,10 @@ import pytest
 
 from iopoll_conformance.groups.extras import StrictExtraRules
 
+# Each case runs the suite's command line in a subprocess: what they check is the plugin's,
+# the same on every Python version, so tox runs them once (py311; see tox.ini).
+pytestmark = pytest.mark.slow
+
 EXTRAS = sorted(name for name in vars(StrictExtraRules) if name.startswith("test_"))
 
 # A case that SPEC states except on select semantics (SPEC 7 lets select consume the error).

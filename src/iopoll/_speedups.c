@@ -470,10 +470,10 @@ epoll_call(void *call, int timeout)
     return epoll_wait(c->epfd, c->events, c->size, timeout);
 }
 
-/* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
- * report from each of `nwatchers` watchers (the fast path has no max_events). */
 _Static_assert(sizeof(Report) <= sizeof(struct epoll_event), "reports overwrite the events");
 
+/* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
+ * report from each of `nwatchers` watchers (the fast path has no max_events). */
 static PyObject *
 epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwatchers,
                 PyObject *seconds_obj, double seconds, PyObject *started, int cut)
