@@ -220,3 +220,17 @@ def test_an_oserror_from_a_signal_handler_leaves_wait_unchanged(
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("microseconds", [0.0, False], ids=["0.0", "False"])
+def test_microseconds_that_are_not_an_int_are_refused_on_the_fused_path_too(
+    microseconds: Any, pairs: MakePair
+) -> None:
+    """``wait(0, 0.0)`` equals ``wait(0, 0)`` but is not an int: both waits refuse it."""
+    _, b = pairs()
+    for context in (_UnfusedContext, fallback.Context):
+        with context() as ctx:
+            ctx.add(b, WRITE, "writer")
+            assert _labels(ctx.wait(0)) == [("writer", int(WRITE))]  # fd lists fresh now
+            with pytest.raises(TypeError, match="microseconds must be an int"):
+                ctx.wait(0, microseconds)

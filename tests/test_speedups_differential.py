@@ -122,6 +122,7 @@ DIFF_WAITS: dict[str, Callable[[Ctx, int], list[Any]]] = {
     "wait(0.0, 0, k)": lambda ctx, k: ctx.wait(0.0, 0, k),
     "wait(timedelta(0))": lambda ctx, k: ctx.wait(timedelta(0)),
     "wait(0, 1)": lambda ctx, k: ctx.wait(0, 1),
+    "wait(0, 0.0)": lambda ctx, k: ctx.wait(0, 0.0),  # equal to 0, not an int: refused
 }
 
 FAST_FORMS = ["wait(0)", "wait(0.0)", "wait(None)", "wait()", "wait(0.01)", "wait(0, 0)"]

@@ -127,6 +127,7 @@ class Context(_EngineContext):
             and self._first_timer is None
             and max_events is None
             and microseconds == 0
+            and type(microseconds) is int  # 0.0 and False: the engine refuses them
             and watchers
             and (timeout is None or (type(timeout) is int and 0 <= timeout <= _MAX_TIMEOUT))
         ):
