@@ -41,8 +41,13 @@ from iopoll.loop import (
     IoPollDriver,
     SelectorsDriver,
 )
+from iopoll.loop._iopoll_driver import PyIoPollDriver
 
-DRIVERS: dict[str, Any] = {"iopoll": IoPollDriver, "selectors": SelectorsDriver}
+DRIVERS: dict[str, Any] = {
+    "iopoll": IoPollDriver,
+    "selectors": SelectorsDriver,
+    "iopoll-pure": PyIoPollDriver,  # the reference the C dispatch is held to
+}
 KINDS = ["defer", "delay", "repeat", "on_readable", "on_writable", "on_signal"]
 TYPES = {
     "defer": CallbackType.DEFER,

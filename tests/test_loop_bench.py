@@ -19,10 +19,11 @@ def test_bench_loop_prints_every_row_and_the_target_line() -> None:
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for column in ("IoPollDriver", "SelectorsDriver", "asyncio"):
+    for column in ("IoPollDriver", "pure Python", "SelectorsDriver", "asyncio"):
         assert column in out
     for row in ("defer", "delay(0)", "repeat(0)", "I/O register+cancel", "suspend/resume"):
         assert f"| {row}" in out
     for idle in (0, 100, 1000):
         assert f"round trips, {idle} idle" in out
-    assert "Target IoPollDriver >= asyncio:" in out
+    assert "Target IoPollDriver >= 3x pure Python on defer, delay(0), repeat(0): " in out
+    assert "IoPollDriver's dispatch in " in out

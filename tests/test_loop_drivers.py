@@ -1,4 +1,8 @@
-"""The driver contract (``iopoll_conformance.loop.DriverConformance``) on every driver."""
+"""The driver contract (``iopoll_conformance.loop.DriverConformance``) on every driver.
+
+``IoPollDriver`` and ``SelectorsDriver`` run their dispatch in C when it was built; their
+pure-Python parents (``PyIoPollDriver``, ``PySelectorsDriver``), the reference, run it too.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import pytest
 
 from iopoll import Backend
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver
+from iopoll.loop._iopoll_driver import PyIoPollDriver
+from iopoll.loop._selectors_driver import PySelectorsDriver
 from iopoll_conformance.loop import DriverConformance
 
 
@@ -18,6 +24,23 @@ def _needs(backend: Backend) -> pytest.MarkDecorator:
 class TestSelectorsDriver(DriverConformance):
     def make(self) -> Driver:
         return SelectorsDriver()
+
+
+class TestPySelectorsDriver(DriverConformance):
+    def make(self) -> Driver:
+        return PySelectorsDriver()
+
+
+@_needs(Backend.EPOLL)
+class TestPyIoPollDriverEpoll(DriverConformance):
+    def make(self) -> Driver:
+        return PyIoPollDriver(Backend.EPOLL)
+
+
+@_needs(Backend.POLL)
+class TestPyIoPollDriverPoll(DriverConformance):
+    def make(self) -> Driver:
+        return PyIoPollDriver(Backend.POLL)
 
 
 class TestTracingDriver(DriverConformance):

@@ -27,6 +27,7 @@ from iopoll.loop import (
     UncaughtError,
     UnsupportedFeatureError,
 )
+from iopoll.loop._selectors_driver import PySelectorsDriver
 from iopoll_conformance.loop import receive_once
 
 
@@ -279,9 +280,9 @@ def test_driver_without_backend_hooks_is_refused_before_it_runs(
 
 @pytest.mark.parametrize("missing", BACKEND_HOOKS)
 def test_backend_missing_one_hook_cannot_be_instantiated(missing: str) -> None:
-    # SelectorsDriver's own hooks, less one, on AbstractDriver.
-    namespace = {name: vars(SelectorsDriver)[name] for name in BACKEND_HOOKS if name != missing}
-    namespace["__init__"] = SelectorsDriver.__init__
+    # SelectorsDriver's own hooks (its pure parent's), less one, on AbstractDriver.
+    namespace = {name: vars(PySelectorsDriver)[name] for name in BACKEND_HOOKS if name != missing}
+    namespace["__init__"] = PySelectorsDriver.__init__
     partial = type(f"Without{missing}", (AbstractDriver,), namespace)
     assert inspect.isabstract(partial)
     with pytest.raises(TypeError, match=missing):

@@ -13,7 +13,7 @@ from _iopoll_core.mechanism import Mechanism
 from _iopoll_core.select_mechanism import SelectMechanism
 from _iopoll_core.watcher import Watcher as _EngineWatcher
 
-__all__ = ["ACCELERATED", "Backend", "Context", "Watcher"]
+__all__ = ["ACCELERATED", "Backend", "Context", "Watcher", "pure_python_requested"]
 
 
 class Backend(BackendBase):
@@ -94,6 +94,11 @@ class Context(_EngineContext):
         return self._backend  # type: ignore[return-value]
 
 
+def pure_python_requested() -> bool:
+    """Whether ``IOPOLL_PURE_PYTHON`` (anything but empty or ``0``) turns the C code off."""
+    return os.environ.get("IOPOLL_PURE_PYTHON", "") not in ("", "0")
+
+
 def _accelerate() -> bool:
     """Put the C ``wait()`` fast path and ``Watcher.data`` getter on iopoll's classes.
 
@@ -101,7 +106,7 @@ def _accelerate() -> bool:
     ``IOPOLL_PURE_PYTHON`` set to anything but empty or ``0``.  The pure-Python code stays
     the reference, and the polyfill always runs it.  Returns whether the C code is in use.
     """
-    if os.environ.get("IOPOLL_PURE_PYTHON", "") not in ("", "0"):
+    if pure_python_requested():
         return False
     try:
         from . import _speedups

@@ -27,13 +27,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#if PY_VERSION_HEX < 0x030C0000
-/* The member API's names before 3.12 (structmember.h, since deprecated). */
-#include <structmember.h>
-#define Py_T_OBJECT_EX T_OBJECT_EX
-#define Py_READONLY READONLY
-#endif
-
+#include "_cslots.h"
 #include <errno.h>
 #include <string.h>
 #include <math.h>
@@ -68,56 +62,12 @@ typedef struct {
 static Slots slots;
 static int slots_made = 0;
 
-static PyObject *
-fetch_exception(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (traceback != NULL) {
-        PyException_SetTraceback(value, traceback);
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    return value;
-#endif
-}
-
 static int
 is_int_zero(PyObject *value)
 {
     int overflow;
     return PyLong_CheckExact(value) && PyLong_AsLongAndOverflow(value, &overflow) == 0
            && !overflow;
-}
-
-static PyObject *
-get_slot(PyObject *obj, PyMemberDef *member)
-{
-    /* New reference, or NULL with AttributeError when the slot was never set.  What
-     * PyMember_GetOne does for the Py_T_OBJECT_EX members install() accepts, without its
-     * switch over member types: the fast path reads a dozen slots per wait(). */
-    PyObject *value = *(PyObject **)((char *)obj + member->offset);
-    if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
-                     Py_TYPE(obj)->tp_name, member->name);
-        return NULL;
-    }
-    return Py_NewRef(value);
-}
-
-static PyObject *
-call_method(PyObject *self, PyObject *name, PyObject *const *args, size_t nargs)
-{
-    PyObject *stack[4] = {self, NULL, NULL, NULL};
-    for (size_t i = 0; i < nargs; i++) {
-        stack[i + 1] = args[i];
-    }
-    return PyObject_VectorcallMethod(name, stack, (nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                     NULL);
 }
 
 /* Parse wait(timeout=None, microseconds=0, max_events=None); borrowed references. */
@@ -782,42 +732,6 @@ static PyMemberDef data_def[] = {
     {"data", Py_T_OBJECT_EX, 0, Py_READONLY, "The user data given to ``add`` or ``modify``."},
     {NULL},
 };
-
-static PyMemberDef *
-member_of(PyTypeObject *type, const char *name)
-{
-    PyObject *descriptor = PyObject_GetAttrString((PyObject *)type, name);
-    if (descriptor == NULL) {
-        return NULL;
-    }
-    PyMemberDef *member = NULL;
-    if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
-        /* CPython-only: a __slots__ descriptor's PyMemberDef, read from the descriptor's
-         * struct (no public API gives it).  If CPython changes that struct, the checks
-         * below refuse it, install() raises, iopoll runs pure Python with a warning, and
-         * tests/test_speedups.py::test_the_c_code_is_in_use_when_built fails loudly. */
-        member = ((PyMemberDescrObject *)descriptor)->d_member;
-    }
-    Py_DECREF(descriptor);
-    if (member == NULL || member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s must be a writable __slots__ attribute",
-                     type->tp_name, name);
-        return NULL;
-    }
-    return member;
-}
-
-static int
-set_attribute(PyTypeObject *type, PyObject *descriptor)
-{
-    if (descriptor == NULL) {
-        return -1;
-    }
-    PyObject *name = PyDescr_NAME(descriptor);
-    int failed = PyObject_SetAttr((PyObject *)type, name, descriptor);
-    Py_DECREF(descriptor);
-    return failed;
-}
 
 static PyObject *
 install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)

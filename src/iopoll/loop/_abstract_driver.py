@@ -96,6 +96,22 @@ P = TypeVar("P", bound=_Poller)
 class AbstractDriver(CallbackRegistry, Generic[P]):
     """The run loop, ticks, errors and the poller skeleton, on a poller of type ``P``."""
 
+    __slots__ = (
+        "_queue",
+        "_microtasks",
+        "_idle",
+        "_stopped",
+        "_interrupt",
+        "_error_handler",
+        "_runner",
+        "_poller",
+        "_fallback",
+        "_fallback_count",
+        "_registered",
+        "_wakeup",
+        "_next_check",
+    )
+
     _now = staticmethod(time.monotonic)
 
     def __init__(self, poller: P) -> None:

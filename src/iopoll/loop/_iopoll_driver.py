@@ -22,9 +22,10 @@ from _iopoll_core.watcher import Watcher
 from .._native import Backend, Context
 from ._abstract_driver import AbstractDriver
 from ._callbacks import READ, WRITE, FdEntry
+from ._native_dispatch import accelerate
 from ._signals import HandleSignals, SignalSource
 
-__all__ = ["IoPollDriver"]
+__all__ = ["IoPollDriver", "PyIoPollDriver"]
 
 _EVENTS = {READ: Event.READ, WRITE: Event.WRITE, READ | WRITE: Event.READ | Event.WRITE}
 
@@ -53,15 +54,10 @@ class _StreamLost(Exception):
     before it polls: the tick then sees at once that the lost callbacks are gone."""
 
 
-class IoPollDriver(AbstractDriver[Context]):
-    """The event loop on an ``iopoll.Context`` (``get_handle()`` returns it).
+class PyIoPollDriver(AbstractDriver[Context]):
+    """``IoPollDriver`` in pure Python: the reference its C dispatch is held to."""
 
-    Streams the backend refuses (regular files, ``/dev/null`` on epoll) go to a second
-    ``Context(Backend.POLL)``, where they are always ready.  Signals go through
-    ``SignalHandle`` watchers where the backend supports them.  A stream closed before its
-    callbacks were cancelled has them cancelled and reported to the error path as
-    ``InvalidCallbackError``.
-    """
+    __slots__ = ()
 
     _refusals = (FailedHandleAddError,)
 
@@ -154,3 +150,20 @@ class IoPollDriver(AbstractDriver[Context]):
         # is_active() also queues a lost watcher for on_watcher_removed, which then finds
         # its callbacks cancelled: nothing is reported twice.
         return entry.alive() if token is None else bool(token.is_active())
+
+
+class IoPollDriver(PyIoPollDriver):
+    """The event loop on an ``iopoll.Context`` (``get_handle()`` returns it).
+
+    Streams the backend refuses (regular files, ``/dev/null`` on epoll) go to a second
+    ``Context(Backend.POLL)``, where they are always ready.  Signals go through
+    ``SignalHandle`` watchers where the backend supports them.  A stream closed before its
+    callbacks were cancelled has them cancelled and reported to the error path as
+    ``InvalidCallbackError``.  Its dispatch runs in C when ``iopoll.loop._speedups`` was
+    built (``iopoll.loop.ACCELERATED``).
+    """
+
+    __slots__ = ()
+
+
+ACCELERATED = accelerate(IoPollDriver)

@@ -54,6 +54,23 @@ __all__ = ["CallbackRegistry"]
 class CallbackRegistry(Driver):
     """Ids, records, enable queues, activation and introspection; see the module doc."""
 
+    # Slots, not a __dict__: the C dispatch (``_speedups.c``) reads them by offset.
+    __slots__ = (
+        "_callbacks",
+        "_id_prefix",
+        "_id_index",
+        "_enable_queue",
+        "_defers",
+        "_stale_queued",
+        "_live",
+        "_timers",
+        "_timer_seq",
+        "_dead_timers",
+        "_entries",
+        "_signals",
+        "_signal_callbacks",
+    )
+
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}
         # Ids run a, b, .. z, aa, ab .. (PHP's string increment): prefix + _LETTERS[index].

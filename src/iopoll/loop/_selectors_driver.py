@@ -6,8 +6,9 @@ import selectors
 
 from ._abstract_driver import AbstractDriver
 from ._callbacks import READ, WRITE, FdEntry
+from ._native_dispatch import accelerate
 
-__all__ = ["SelectorsDriver"]
+__all__ = ["PySelectorsDriver", "SelectorsDriver"]
 
 # selectors' EVENT_READ and EVENT_WRITE are our READ and WRITE bits.
 assert selectors.EVENT_READ == READ and selectors.EVENT_WRITE == WRITE
@@ -15,13 +16,10 @@ assert selectors.EVENT_READ == READ and selectors.EVENT_WRITE == WRITE
 _Ready = list[tuple[selectors.SelectorKey, int]]
 
 
-class SelectorsDriver(AbstractDriver[selectors.BaseSelector]):
-    """The event loop on ``selectors.DefaultSelector`` (``get_handle()`` returns it).
+class PySelectorsDriver(AbstractDriver[selectors.BaseSelector]):
+    """``SelectorsDriver`` in pure Python: the reference its C dispatch is held to."""
 
-    Streams the selector refuses (regular files on epoll) go to a ``PollSelector``, where
-    they are always ready.  The stdlib selectors wake both directions on error and hang-up.
-    An fd's token is the selector it is registered with.
-    """
+    __slots__ = ()
 
     _refusals = (ValueError, OSError)
 
@@ -69,3 +67,18 @@ class SelectorsDriver(AbstractDriver[selectors.BaseSelector]):
                 queue.extend(entry.readers.values())
             if wake & WRITE and entry.writers:
                 queue.extend(entry.writers.values())
+
+
+class SelectorsDriver(PySelectorsDriver):
+    """The event loop on ``selectors.DefaultSelector`` (``get_handle()`` returns it).
+
+    Streams the selector refuses (regular files on epoll) go to a ``PollSelector``, where
+    they are always ready.  The stdlib selectors wake both directions on error and hang-up.
+    An fd's token is the selector it is registered with.  Its dispatch runs in C when
+    ``iopoll.loop._speedups`` was built, as ``IoPollDriver``'s does.
+    """
+
+    __slots__ = ()
+
+
+accelerate(SelectorsDriver)

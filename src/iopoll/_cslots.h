@@ -1,0 +1,98 @@
+/* _cslots.h: what iopoll's C accelerators share.  Each reads and writes the __slots__ of
+ * Python classes, which own all the state; the member descriptors are looked up once, when
+ * the accelerator is installed, and the slots then read by offset. */
+
+#ifndef IOPOLL_CSLOTS_H
+#define IOPOLL_CSLOTS_H
+
+#if PY_VERSION_HEX < 0x030C0000
+/* The member API's names before 3.12 (structmember.h, since deprecated). */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+/* The raised exception, normalised, with its traceback; the error indicator is cleared. */
+static inline PyObject *
+fetch_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+#endif
+}
+
+static inline PyObject *
+get_slot(PyObject *obj, PyMemberDef *member)
+{
+    /* New reference, or NULL with AttributeError when the slot was never set.  What
+     * PyMember_GetOne does for the Py_T_OBJECT_EX members install() accepts, without its
+     * switch over member types: the fast path reads a dozen slots per wait(). */
+    PyObject *value = *(PyObject **)((char *)obj + member->offset);
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
+                     Py_TYPE(obj)->tp_name, member->name);
+        return NULL;
+    }
+    return Py_NewRef(value);
+}
+
+/* self.name(*args) for up to three arguments: a method call, as the interpreter makes it. */
+static inline PyObject *
+call_method(PyObject *self, PyObject *name, PyObject *const *args, size_t nargs)
+{
+    PyObject *stack[4] = {self, NULL, NULL, NULL};
+    for (size_t i = 0; i < nargs; i++) {
+        stack[i + 1] = args[i];
+    }
+    return PyObject_VectorcallMethod(name, stack, (nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     NULL);
+}
+
+static inline PyMemberDef *
+member_of(PyTypeObject *type, const char *name)
+{
+    PyObject *descriptor = PyObject_GetAttrString((PyObject *)type, name);
+    if (descriptor == NULL) {
+        return NULL;
+    }
+    PyMemberDef *member = NULL;
+    if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+        /* CPython-only: a __slots__ descriptor's PyMemberDef, read from the descriptor's
+         * struct (no public API gives it).  If CPython changes that struct, the checks
+         * below refuse it, install() raises, iopoll runs pure Python with a warning, and
+         * tests/test_speedups.py::test_the_c_code_is_in_use_when_built fails loudly. */
+        member = ((PyMemberDescrObject *)descriptor)->d_member;
+    }
+    Py_DECREF(descriptor);
+    if (member == NULL || member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s must be a writable __slots__ attribute",
+                     type->tp_name, name);
+        return NULL;
+    }
+    return member;
+}
+
+/* type.<descriptor's name> = descriptor; steals the reference (NULL: an error already set). */
+static inline int
+set_attribute(PyTypeObject *type, PyObject *descriptor)
+{
+    if (descriptor == NULL) {
+        return -1;
+    }
+    PyObject *name = PyDescr_NAME(descriptor);
+    int failed = PyObject_SetAttr((PyObject *)type, name, descriptor);
+    Py_DECREF(descriptor);
+    return failed;
+}
+
+#endif /* IOPOLL_CSLOTS_H */

@@ -1,0 +1,679 @@
+/* The run loop, one tick, the drain and the timer queue of iopoll.loop's drivers in C: the
+ * methods AbstractDriver._loop, _tick, _drain, _run_microtasks and CallbackRegistry._activate
+ * and AbstractDriver._enqueue_timers, line for line (see _speedups.c for the whole).  The
+ * timer heap they keep is _timer_heap.c's. */
+
+#include "_dispatch.h"
+
+/* -- activation ---------------------------------------------------------------------------- */
+
+/* One record of CallbackRegistry._activate's loop. */
+static int
+activate_one(PyObject *self, PyObject *callback, PyObject *timers, PyObject *seq)
+{
+    if (add_to(callback, S.queued, -1) < 0) {
+        return -1;
+    }
+    int queued = truth(callback, S.queued);
+    if (queued != 0) {
+        return queued < 0 ? -1 : 0; /* a later entry activates it */
+    }
+    int enabled = truth(callback, S.enabled);
+    if (enabled <= 0) {
+        return enabled; /* disabled since */
+    }
+    put_bool(callback, S.invokable, 1);
+    if (PyObject_TypeCheck(callback, S.timer_type)) {
+        PyObject *expiration = peek(callback, S.expiration);
+        if (expiration == NULL) {
+            return -1;
+        }
+        PyObject *number = PyIter_Next(seq);
+        if (number == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetNone(PyExc_StopIteration);
+            }
+            return -1;
+        }
+        PyObject *entry = PyTuple_Pack(3, expiration, number, callback);
+        Py_DECREF(number);
+        if (entry == NULL) {
+            return -1;
+        }
+        put(callback, S.entry, entry);
+        int failed = loop_heap_push(timers, entry);
+        Py_DECREF(entry);
+        return failed;
+    }
+    if (PyObject_TypeCheck(callback, S.stream_type)) {
+        PyObject *done = call1(self, S.s_activate_stream, callback);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    if (PyObject_TypeCheck(callback, S.signal_type)) {
+        PyObject *maps = peek(self, S.signal_callbacks);
+        PyObject *signum = peek(callback, S.signal_arg);
+        PyObject *callback_id = peek(callback, S.id);
+        if (maps == NULL || signum == NULL || callback_id == NULL) {
+            return -1;
+        }
+        PyObject *fresh = PyDict_New();
+        if (fresh == NULL) {
+            return -1;
+        }
+        PyObject *callbacks_for = PyDict_SetDefault(maps, signum, fresh); /* borrowed */
+        Py_DECREF(fresh);
+        if (callbacks_for == NULL) {
+            return -1;
+        }
+        return PyObject_SetItem(callbacks_for, callback_id, callback);
+    }
+    return 0;
+}
+
+PyObject *
+loop_activate(PyObject *self, PyObject *callbacks)
+{
+    PyObject *timers = peek(self, S.timers);
+    PyObject *seq = peek(self, S.timer_seq);
+    if (timers == NULL || seq == NULL) {
+        return NULL;
+    }
+    if (!PyList_Check(timers)) {
+        PyErr_SetString(PyExc_TypeError, "the timer heap must be a list");
+        return NULL;
+    }
+    Py_INCREF(timers);
+    Py_INCREF(seq);
+    PyObject *iterator = PyObject_GetIter(callbacks);
+    PyObject *callback = NULL;
+    int failed = iterator == NULL;
+    while (!failed && (callback = PyIter_Next(iterator)) != NULL) {
+        failed = activate_one(self, callback, timers, seq) < 0;
+        Py_DECREF(callback);
+    }
+    failed = failed || PyErr_Occurred() != NULL;
+    Py_XDECREF(iterator);
+    Py_DECREF(timers);
+    Py_DECREF(seq);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- one tick ---------------------------------------------------------------------------- */
+
+PyObject *
+loop_enqueue_timers(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *timers = peek(self, S.timers);
+    if (timers == NULL) {
+        return NULL;
+    }
+    if (!PyList_Check(timers)) {
+        PyErr_SetString(PyExc_TypeError, "the timer heap must be a list");
+        return NULL;
+    }
+    Py_INCREF(timers);
+    PyObject *clock = now(self), *queue = NULL;
+    if (clock == NULL || (queue = peek(self, S.queue)) == NULL) {
+        goto error;
+    }
+    Py_INCREF(queue);
+    while (PyList_GET_SIZE(timers)) {
+        PyObject *first = PyList_GET_ITEM(timers, 0);
+        PyObject *expiration = PyTuple_Check(first) && PyTuple_GET_SIZE(first)
+                                   ? PyTuple_GET_ITEM(first, 0)
+                                   : NULL;
+        int due;
+        if (expiration != NULL && PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)) {
+            due = PyFloat_AS_DOUBLE(expiration) <= PyFloat_AS_DOUBLE(clock);
+        }
+        else {
+            PyObject *head = PySequence_GetItem(first, 0);
+            due = head == NULL ? -1 : PyObject_RichCompareBool(head, clock, Py_LE);
+            Py_XDECREF(head);
+        }
+        if (due <= 0) {
+            if (due < 0) {
+                goto error;
+            }
+            break;
+        }
+        PyObject *item = loop_heap_pop(timers);
+        if (item == NULL) {
+            goto error;
+        }
+        PyObject *callback = PySequence_GetItem(item, 2);
+        if (callback == NULL) {
+            Py_DECREF(item);
+            goto error;
+        }
+        PyObject *entry = peek(callback, S.entry);
+        int failed;
+        if (entry == NULL) {
+            failed = -1;
+        }
+        else if (entry != item) {
+            failed = add_to(self, S.dead_timers, -1);
+        }
+        else {
+            put(callback, S.entry, Py_None);
+            PyObject *done = call1(queue, S.s_append, callback);
+            Py_XDECREF(done);
+            failed = done == NULL ? -1 : put_bool(self, S.idle, 0);
+        }
+        Py_DECREF(callback);
+        Py_DECREF(item);
+        if (failed < 0) {
+            goto error;
+        }
+    }
+    Py_DECREF(clock);
+    Py_DECREF(queue);
+    Py_DECREF(timers);
+    Py_RETURN_NONE;
+
+error:
+    Py_XDECREF(clock);
+    Py_XDECREF(queue);
+    Py_DECREF(timers);
+    return NULL;
+}
+
+/* Whether self._poll(timeout) would return at once without a system call: no fd is
+ * registered, the timeout is zero, and _poll is AbstractDriver's. */
+static int
+poll_is_empty(PyObject *self, PyObject *timeout)
+{
+    if (!PyFloat_CheckExact(timeout) || PyFloat_AS_DOUBLE(timeout) != 0.0) {
+        return 0;
+    }
+    int fallback = truth(self, S.fallback_count);
+    if (fallback != 0) {
+        return fallback < 0 ? -1 : 0;
+    }
+    int registered = truth(self, S.registered);
+    if (registered != 0) {
+        return registered < 0 ? -1 : 0;
+    }
+    PyObject *poll = PyObject_GetAttr((PyObject *)Py_TYPE(self), S.s_poll);
+    if (poll == NULL) {
+        return -1;
+    }
+    int same = poll == S.poll_function;
+    Py_DECREF(poll);
+    return same;
+}
+
+PyObject *
+loop_tick(PyObject *self, PyObject *previous_idle)
+{
+    PyObject *timeout = NULL, *done;
+    if (put_new(self, S.stale_queued, PyLong_FromLong(0)) < 0) {
+        return NULL;
+    }
+    PyObject *enable_queue = peek(self, S.enable_queue);
+    if (enable_queue == NULL) {
+        return NULL;
+    }
+    int waiting = PyObject_IsTrue(enable_queue);
+    if (waiting < 0) {
+        return NULL;
+    }
+    if (waiting) {
+        Py_INCREF(enable_queue);
+        if (put_new(self, S.enable_queue, PyList_New(0)) < 0) {
+            Py_DECREF(enable_queue);
+            return NULL;
+        }
+        done = call1(self, S.s_activate, enable_queue);
+        Py_DECREF(enable_queue);
+        if (done == NULL) {
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    PyObject *defers = peek(self, S.defers);
+    if (defers == NULL || (waiting = PyObject_IsTrue(defers)) < 0) {
+        return NULL;
+    }
+    if (waiting) {
+        Py_INCREF(defers);
+        PyObject *queue = peek(self, S.queue);
+        if (put_new(self, S.defers, PyList_New(0)) < 0 || queue == NULL) {
+            Py_DECREF(defers);
+            return NULL;
+        }
+        done = call1(queue, S.s_extend, defers);
+        Py_DECREF(defers);
+        if (done == NULL) {
+            return NULL;
+        }
+        Py_DECREF(done);
+        put_bool(self, S.idle, 0);
+    }
+    /* Block only after a tick that ran nothing, and once the deferred callbacks ran. */
+    int idle = PyObject_IsTrue(previous_idle);
+    if (idle < 0) {
+        return NULL;
+    }
+    timeout = idle ? call0(self, S.s_blocking_timeout) : Py_NewRef(S.zero);
+    if (timeout == NULL) {
+        return NULL;
+    }
+    PyObject *queue = peek(self, S.queue);
+    Py_ssize_t mark = queue == NULL ? -1 : PyObject_Size(queue);
+    if (mark < 0) {
+        goto error;
+    }
+    int empty = poll_is_empty(self, timeout);
+    if (empty < 0) {
+        goto error;
+    }
+    if (!empty) {
+        if ((done = call1(self, S.s_poll, timeout)) == NULL) {
+            goto error;
+        }
+        Py_DECREF(done);
+    }
+    Py_CLEAR(timeout);
+    PyObject *signals = peek(self, S.signals);
+    if (signals == NULL) {
+        return NULL;
+    }
+    if (signals != Py_None) {
+        Py_INCREF(signals);
+        PyObject *pending = PyObject_GetAttr(signals, S.s_pending);
+        int any = pending == NULL ? -1 : PyObject_IsTrue(pending);
+        Py_XDECREF(pending);
+        if (any > 0) {
+            PyObject *position = PyLong_FromSsize_t(mark);
+            PyObject *args[2] = {signals, position};
+            done = position == NULL ? NULL : call_method(self, S.s_enqueue_signals, args, 2);
+            Py_XDECREF(position);
+            Py_XDECREF(done);
+            any = done == NULL ? -1 : 0;
+        }
+        Py_DECREF(signals);
+        if (any < 0) {
+            return NULL;
+        }
+    }
+    PyObject *timers = peek(self, S.timers);
+    int any_timers = timers == NULL ? -1 : PyObject_IsTrue(timers);
+    if (any_timers < 0) {
+        return NULL;
+    }
+    if (any_timers) {
+        if ((done = call0(self, S.s_enqueue_timers)) == NULL) {
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    Py_RETURN_NONE;
+
+error:
+    Py_XDECREF(timeout);
+    return NULL;
+}
+
+/* -- running callbacks --------------------------------------------------------------------- */
+
+/* Whether the greenlet running the loop is still `me`; raises Superseded if not. */
+static int
+still_running(PyObject *runner, PyObject *me)
+{
+    PyObject *loop = peek(runner, S.runner_loop);
+    if (loop == NULL) {
+        return -1;
+    }
+    if (loop != me) {
+        PyErr_SetNone(S.superseded); /* the callback suspended: another greenlet runs the loop */
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+loop_run_microtasks(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *microtasks = peek(self, S.microtasks);
+    PyObject *runner = peek(self, S.runner);
+    if (microtasks == NULL || runner == NULL) {
+        return NULL;
+    }
+    PyObject *me = peek(runner, S.runner_loop);
+    if (me == NULL) {
+        return NULL;
+    }
+    Py_INCREF(microtasks);
+    Py_INCREF(runner);
+    Py_INCREF(me);
+    /* A microtask's error ends run() only once the microtasks behind it ran (SPEC 9.1): the
+     * queue stops for any other interrupt, not for that one. */
+    PyObject *error = Py_NewRef(Py_None);
+    int failed = 0;
+    while (!failed) {
+        Py_ssize_t left = PyObject_Size(microtasks);
+        PyObject *interrupt = peek(self, S.interrupt);
+        if (left < 0 || interrupt == NULL) {
+            failed = 1;
+            break;
+        }
+        if (!left || interrupt != error) {
+            break;
+        }
+        PyObject *task = call0(microtasks, S.s_popleft);
+        if (task == NULL) {
+            failed = 1;
+            break;
+        }
+        if (!PyTuple_Check(task) || PyTuple_GET_SIZE(task) != 2) {
+            PyErr_SetString(PyExc_ValueError, "a microtask must be a (fn, args) pair");
+            Py_DECREF(task);
+            failed = 1;
+            break;
+        }
+        PyObject *fn = PyTuple_GET_ITEM(task, 0), *args = PyTuple_GET_ITEM(task, 1);
+        PyObject *result;
+        if (PyTuple_CheckExact(args)) {
+            result = PyObject_Call(fn, args, NULL);
+        }
+        else {
+            PyObject *unpacked = PySequence_Tuple(args); /* fn(*args) */
+            result = unpacked == NULL ? NULL : PyObject_Call(fn, unpacked, NULL);
+            Py_XDECREF(unpacked);
+        }
+        if (result == NULL) {
+            if (!catchable()) {
+                Py_DECREF(task);
+                failed = 1;
+                break;
+            }
+            failed = report_error(self, fn, fetch_exception()) < 0;
+            PyObject *now_interrupt = failed ? NULL : peek(self, S.interrupt);
+            if (now_interrupt == NULL) {
+                failed = 1;
+            }
+            else if (PyExceptionInstance_Check(now_interrupt)) {
+                Py_SETREF(error, Py_NewRef(now_interrupt));
+            }
+        }
+        else {
+            Py_DECREF(result);
+        }
+        Py_DECREF(task);
+        if (!failed) {
+            failed = still_running(runner, me) < 0;
+        }
+    }
+    Py_DECREF(error);
+    Py_DECREF(microtasks);
+    Py_DECREF(runner);
+    Py_DECREF(me);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The argument a record's callback gets after its id, or NULL for none (fn(id)). */
+static inline int
+second_argument(PyObject *callback, PyObject **arg)
+{
+    PyTypeObject *kind = Py_TYPE(callback);
+    if (kind == S.defer_type || kind == S.delay_type || kind == S.repeat_type) {
+        *arg = NULL;
+        return 0;
+    }
+    PyObject *value;
+    if (PyObject_TypeCheck(callback, S.stream_type)) {
+        value = Py_XNewRef(peek(callback, S.stream_arg));
+    }
+    else if (PyObject_TypeCheck(callback, S.signal_type)) {
+        value = Py_XNewRef(peek(callback, S.signal_arg));
+    }
+    else {
+        value = PyObject_GetAttr(callback, S.s_arg);
+    }
+    if (value == NULL) {
+        return -1;
+    }
+    if (value == Py_None) {
+        Py_DECREF(value);
+        value = NULL;
+    }
+    *arg = value;
+    return 0;
+}
+
+/* Whether a record's id dies just before its call (the kind's `once`). */
+static inline int
+runs_once(PyObject *callback)
+{
+    PyTypeObject *kind = Py_TYPE(callback);
+    if (kind == S.defer_type || kind == S.delay_type) {
+        return 1;
+    }
+    if (kind == S.repeat_type) {
+        return 0;
+    }
+    PyObject *once = PyObject_GetAttr(callback, S.s_once);
+    if (once == NULL) {
+        return -1;
+    }
+    int set = PyObject_IsTrue(once);
+    Py_DECREF(once);
+    return set;
+}
+
+/* The try block of AbstractDriver._drain for one record: -1 with the error set. */
+static int
+run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject *callbacks)
+{
+    int once = runs_once(callback);
+    if (once < 0) {
+        return -1;
+    }
+    if (once) {
+        /* A defer's or a delay's id is dead inside its callback (cancel(), inlined). */
+        if (PyObject_DelItem(callbacks, callback_id) < 0) {
+            return -1;
+        }
+        put_bool(callback, S.enabled, 0);
+        put_bool(callback, S.invokable, 0);
+        int referenced = truth(callback, S.referenced);
+        if (referenced < 0 || (referenced && add_to(self, S.live, -1) < 0)) {
+            return -1;
+        }
+    }
+    else if (PyObject_TypeCheck(callback, S.repeat_type)) {
+        /* Re-armed from now, active from the next tick: never twice in one tick. */
+        put_bool(callback, S.invokable, 0);
+        PyObject *interval = peek(callback, S.interval);
+        PyObject *clock = interval == NULL ? NULL : now(self);
+        if (clock == NULL) {
+            return -1;
+        }
+        if (put_new(callback, S.expiration, PyNumber_Add(clock, interval)) < 0) {
+            Py_DECREF(clock);
+            return -1;
+        }
+        Py_DECREF(clock);
+        PyObject *queue = peek(self, S.enable_queue);
+        if (add_to(callback, S.queued, 1) < 0 || queue == NULL
+            || PyList_Append(queue, callback) < 0) {
+            return -1;
+        }
+    }
+    PyObject *arg;
+    if (second_argument(callback, &arg) < 0) {
+        return -1;
+    }
+    PyObject *fn = Py_XNewRef(peek(callback, S.fn));
+    if (fn == NULL) {
+        Py_XDECREF(arg);
+        return -1;
+    }
+    PyObject *args[2] = {callback_id, arg};
+    PyObject *result = PyObject_Vectorcall(fn, args, arg == NULL ? 1 : 2, NULL);
+    Py_DECREF(fn);
+    Py_XDECREF(arg);
+    if (result == NULL) {
+        return -1;
+    }
+    if (result != Py_None) {
+        PyObject *refused_args[2] = {callback, result};
+        PyObject *refused = call_method(self, S.s_refuse_result, refused_args, 2);
+        Py_DECREF(result);
+        Py_XDECREF(refused); /* it always raises */
+        return -1;
+    }
+    Py_DECREF(result);
+    return 0;
+}
+
+PyObject *
+loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *microtasks = Py_XNewRef(peek(self, S.microtasks));
+    PyObject *queue = Py_XNewRef(peek(self, S.queue));
+    PyObject *callbacks = Py_XNewRef(peek(self, S.callbacks));
+    PyObject *runner = Py_XNewRef(peek(self, S.runner));
+    PyObject *me = runner == NULL ? NULL : Py_XNewRef(peek(runner, S.runner_loop));
+    PyObject *done;
+    int failed = microtasks == NULL || queue == NULL || callbacks == NULL || me == NULL;
+    Py_ssize_t left = failed ? -1 : PyObject_Size(microtasks);
+    if (left > 0) {
+        done = call0(self, S.s_run_microtasks);
+        Py_XDECREF(done);
+        failed = done == NULL;
+    }
+    failed = failed || left < 0;
+    while (!failed) {
+        Py_ssize_t waiting = PyObject_Size(queue);
+        PyObject *interrupt = peek(self, S.interrupt);
+        if (waiting < 0 || interrupt == NULL) {
+            failed = 1;
+            break;
+        }
+        if (!waiting || interrupt != Py_None) {
+            break;
+        }
+        PyObject *callback = call0(queue, S.s_popleft);
+        if (callback == NULL) {
+            failed = 1;
+            break;
+        }
+        int invokable = truth(callback, S.invokable);
+        PyObject *callback_id = invokable > 0 ? Py_XNewRef(peek(callback, S.id)) : NULL;
+        if (invokable <= 0 || callback_id == NULL) {
+            failed = invokable < 0 || (invokable > 0 && callback_id == NULL);
+            Py_DECREF(callback);
+            continue;
+        }
+        if (run_callback(self, callback, callback_id, callbacks) < 0) {
+            if (catchable()) {
+                PyObject *exc = fetch_exception();
+                PyObject *fn = Py_XNewRef(peek(callback, S.fn));
+                failed = fn == NULL ? (Py_DECREF(exc), 1) : report_error(self, fn, exc) < 0;
+                Py_XDECREF(fn);
+            }
+            else {
+                failed = 1;
+            }
+        }
+        Py_DECREF(callback_id);
+        Py_DECREF(callback);
+        if (failed || still_running(runner, me) < 0) {
+            failed = 1;
+            break;
+        }
+        if ((left = PyObject_Size(microtasks)) < 0) {
+            failed = 1;
+        }
+        else if (left) {
+            done = call0(self, S.s_run_microtasks);
+            Py_XDECREF(done);
+            failed = done == NULL;
+        }
+    }
+    Py_XDECREF(microtasks);
+    Py_XDECREF(queue);
+    Py_XDECREF(callbacks);
+    Py_XDECREF(runner);
+    Py_XDECREF(me);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int
+call_step(PyObject *self, PyObject *name, PyObject *arg)
+{
+    PyObject *done = arg == NULL ? call0(self, name) : call1(self, name, arg);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+PyObject *
+loop_run(PyObject *self, PyObject *fresh)
+{
+    int is_fresh = PyObject_IsTrue(fresh);
+    if (is_fresh < 0) {
+        return NULL;
+    }
+    if (is_fresh) {
+        put_bool(self, S.stopped, 0);
+    }
+    if (call_step(self, S.s_drain, NULL) < 0) {
+        return NULL;
+    }
+    for (;;) {
+        int stopped = truth(self, S.stopped);
+        if (stopped != 0) {
+            if (stopped < 0) {
+                return NULL;
+            }
+            break;
+        }
+        PyObject *interrupt = peek(self, S.interrupt);
+        if (interrupt == NULL) {
+            return NULL;
+        }
+        if (interrupt != Py_None) {
+            if (call_step(self, S.s_deliver_interrupt, NULL) < 0) {
+                return NULL;
+            }
+            continue;
+        }
+        int live = truth(self, S.live);
+        if (live <= 0) {
+            if (live < 0) {
+                return NULL;
+            }
+            break;
+        }
+        PyObject *previous_idle = Py_XNewRef(peek(self, S.idle));
+        if (previous_idle == NULL) {
+            return NULL;
+        }
+        put_bool(self, S.idle, 1);
+        int failed = call_step(self, S.s_tick, previous_idle);
+        Py_DECREF(previous_idle);
+        if (failed < 0 || call_step(self, S.s_drain, NULL) < 0) {
+            return NULL;
+        }
+    }
+    PyObject *interrupt = peek(self, S.interrupt);
+    if (interrupt == NULL) {
+        return NULL;
+    }
+    if (interrupt != Py_None && call_step(self, S.s_deliver_interrupt, NULL) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}

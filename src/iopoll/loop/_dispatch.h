@@ -1,0 +1,217 @@
+/* _dispatch.h: what the two halves of iopoll.loop._speedups share (see _speedups.c): the
+ * slots and names install() finds, the helpers that read and write slots and call back into
+ * Python, and the methods _dispatch.c defines. */
+
+#ifndef IOPOLL_LOOP_DISPATCH_H
+#define IOPOLL_LOOP_DISPATCH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "../_cslots.h"
+
+#define CO_ASYNC (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
+
+/* The slots used and the classes and names needed, found by the first install(). */
+typedef struct {
+    /* CallbackRegistry */
+    PyMemberDef *callbacks, *id_prefix, *id_index, *enable_queue, *defers, *stale_queued;
+    PyMemberDef *live, *timers, *timer_seq, *dead_timers, *signal_callbacks, *signals;
+    /* AbstractDriver */
+    PyMemberDef *queue, *microtasks, *idle, *stopped, *interrupt, *runner;
+    PyMemberDef *fallback_count, *registered;
+    PyMemberDef *runner_loop; /* LoopRunner.loop */
+    /* Callback and its kinds */
+    PyMemberDef *id, *fn, *enabled, *referenced, *invokable, *queued;
+    PyMemberDef *interval, *expiration, *entry; /* TimerCallback */
+    PyMemberDef *stream_arg, *signal_arg;       /* StreamCallback.arg, SignalCallback.arg */
+    PyTypeObject *driver_type;                  /* AbstractDriver */
+    PyTypeObject *defer_type, *delay_type, *repeat_type, *timer_type;
+    PyTypeObject *stream_type, *signal_type;
+    PyObject *poll_function; /* AbstractDriver._poll: _tick skips an empty poll of it */
+    PyObject *monotonic;     /* time.monotonic, AbstractDriver._now */
+    PyTypeObject *installed[4]; /* the classes install() was given: their _now is monotonic */
+    PyObject *letters;       /* ("a", .., "z"): the last letter of an id */
+    PyObject *check_callback, *check_seconds, *superseded;
+    PyObject *zero; /* 0.0 */
+    PyObject *s_now, *s_poll, *s_carry, *s_activate, *s_activate_stream, *s_blocking_timeout;
+    PyObject *s_enqueue_signals, *s_enqueue_timers, *s_error, *s_refuse_result;
+    PyObject *s_deliver_interrupt, *s_drain, *s_tick, *s_run_microtasks;
+    PyObject *s_popleft, *s_append, *s_extend, *s_pending, *s_once, *s_arg, *s_code;
+    PyObject *s_co_flags, *s_seconds, *s_interval, *s_fn;
+} Slots;
+
+/* One set per process: the classes are iopoll.loop's, and there is one of each. */
+
+/* One set per process, made by the first install() (_speedups.c): the classes are
+ * iopoll.loop's, and there is one of each. */
+extern Slots S;
+
+/* -- slots ------------------------------------------------------------------------------ */
+
+/* Borrowed reference, or NULL with AttributeError (a slot never set). */
+static inline PyObject *
+peek(PyObject *obj, PyMemberDef *member)
+{
+    PyObject *value = *(PyObject **)((char *)obj + member->offset);
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
+                     Py_TYPE(obj)->tp_name, member->name);
+    }
+    return value;
+}
+
+/* obj.<member> = value (a new reference is taken). */
+static inline void
+put(PyObject *obj, PyMemberDef *member, PyObject *value)
+{
+    PyObject **address = (PyObject **)((char *)obj + member->offset);
+    PyObject *old = *address;
+    *address = Py_NewRef(value);
+    Py_XDECREF(old); /* last: its destructor may run Python code */
+}
+
+/* obj.<member> = value, stealing value (NULL: an error already set, returns -1). */
+static inline int
+put_new(PyObject *obj, PyMemberDef *member, PyObject *value)
+{
+    if (value == NULL) {
+        return -1;
+    }
+    put(obj, member, value);
+    Py_DECREF(value);
+    return 0;
+}
+
+static inline int
+put_bool(PyObject *obj, PyMemberDef *member, int value)
+{
+    put(obj, member, value ? Py_True : Py_False);
+    return 0;
+}
+
+/* The truth of a bool slot (anything else: its truth value); -1 on error. */
+static inline int
+truth(PyObject *obj, PyMemberDef *member)
+{
+    PyObject *value = peek(obj, member);
+    if (value == Py_True) {
+        return 1;
+    }
+    if (value == Py_False) {
+        return 0;
+    }
+    return value == NULL ? -1 : PyObject_IsTrue(value);
+}
+
+/* obj.<member> += delta, for an int slot; -1 on error. */
+static inline int
+add_to(PyObject *obj, PyMemberDef *member, long delta)
+{
+    PyObject *value = peek(obj, member);
+    if (value == NULL) {
+        return -1;
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long current = PyLong_AsLongAndOverflow(value, &overflow);
+        if (!overflow && current > LONG_MIN + 1 && current < LONG_MAX - 1) {
+            return put_new(obj, member, PyLong_FromLong(current + delta));
+        }
+    }
+    PyObject *step = PyLong_FromLong(delta);
+    if (step == NULL) {
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(value, step);
+    Py_DECREF(step);
+    return put_new(obj, member, sum);
+}
+
+static inline int
+set_item(PyObject *mapping, PyObject *key, PyObject *value)
+{
+    if (PyDict_CheckExact(mapping)) {
+        return PyDict_SetItem(mapping, key, value);
+    }
+    return PyObject_SetItem(mapping, key, value);
+}
+
+/* -- calls ------------------------------------------------------------------------------- */
+
+static inline PyObject *
+call0(PyObject *self, PyObject *name)
+{
+    return call_method(self, name, NULL, 0);
+}
+
+static inline PyObject *
+call1(PyObject *self, PyObject *name, PyObject *arg)
+{
+    return call_method(self, name, &arg, 1);
+}
+
+/* Run self._error(fn, exc) as Python's `except Exception as exc:` block does: with exc as
+ * the exception being handled, so that an error raised inside chains to it.  Steals exc. */
+static inline int
+report_error(PyObject *self, PyObject *fn, PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *outer = PyErr_GetHandledException();
+    PyErr_SetHandledException(exc);
+#else
+    PyObject *outer_type, *outer_value, *outer_tb;
+    PyErr_GetExcInfo(&outer_type, &outer_value, &outer_tb);
+    PyErr_SetExcInfo(Py_NewRef((PyObject *)Py_TYPE(exc)), Py_NewRef(exc),
+                     PyException_GetTraceback(exc));
+#endif
+    PyObject *args[2] = {fn, exc};
+    PyObject *result = call_method(self, S.s_error, args, 2);
+#if PY_VERSION_HEX >= 0x030B0000
+    PyErr_SetHandledException(outer);
+    Py_XDECREF(outer);
+#else
+    PyErr_SetExcInfo(outer_type, outer_value, outer_tb);
+#endif
+    Py_DECREF(exc);
+    if (result == NULL) {
+        return -1;
+    }
+    Py_DECREF(result);
+    return 0;
+}
+
+/* A pending error that `except Exception` would catch: 1 (and the error is still set), 0
+ * for a BaseException that must go on up. */
+static inline int
+catchable(void)
+{
+    return PyErr_ExceptionMatches(PyExc_Exception);
+}
+
+/* self._now().  The classes install() was given keep AbstractDriver's, time.monotonic, and
+ * get it called directly; a subclass may have a clock of its own. */
+static inline PyObject *
+now(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    for (int i = 0; i < 4 && S.installed[i] != NULL; i++) {
+        if (S.installed[i] == type) {
+            return PyObject_Vectorcall(S.monotonic, NULL, 0, NULL);
+        }
+    }
+    return call0(self, S.s_now);
+}
+
+/* heapq.heappush and heapq.heappop on a list of heap entries (_timer_heap.c). */
+int loop_heap_push(PyObject *heap, PyObject *item);
+PyObject *loop_heap_pop(PyObject *heap);
+
+/* The methods of _dispatch.c, put on the driver classes by install(). */
+PyObject *loop_activate(PyObject *self, PyObject *callbacks);
+PyObject *loop_enqueue_timers(PyObject *self, PyObject *ignored);
+PyObject *loop_tick(PyObject *self, PyObject *previous_idle);
+PyObject *loop_run_microtasks(PyObject *self, PyObject *ignored);
+PyObject *loop_drain(PyObject *self, PyObject *ignored);
+PyObject *loop_run(PyObject *self, PyObject *fresh);
+
+#endif /* IOPOLL_LOOP_DISPATCH_H */

@@ -1,0 +1,41 @@
+"""Putting the C dispatch (``_speedups.c``) on a driver class, when it was built.
+
+``IoPollDriver`` and ``SelectorsDriver`` are each a subclass of a pure-Python class
+(``PyIoPollDriver``, ``PySelectorsDriver``) that ``accelerate()`` gives the C versions of the
+methods a busy loop runs per callback and per tick (``_speedups.method_names()``).  The
+parents keep the Python methods, which are the reference: the tests run both.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .._native import pure_python_requested
+from ._abstract_driver import AbstractDriver
+from ._suspension import LoopRunner
+
+__all__ = ["accelerate"]
+
+
+def accelerate(cls: type[AbstractDriver]) -> bool:  # type: ignore[type-arg]
+    """Put the C dispatch methods on ``cls``; return whether it now runs them.
+
+    Not when the extension was not built (it is optional) or ``IOPOLL_PURE_PYTHON`` is set;
+    a build whose slots do not match the classes' warns and leaves ``cls`` pure.
+    """
+    if pure_python_requested():
+        return False
+    try:
+        from ._speedups import install
+    except ImportError:  # built without a C compiler
+        return False
+    try:
+        install(cls, AbstractDriver, LoopRunner)
+    except (TypeError, AttributeError, RuntimeError) as exc:
+        warnings.warn(
+            f"iopoll.loop: the C dispatch could not be installed ({exc}); running pure Python",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    return True

@@ -1,0 +1,630 @@
+/* iopoll.loop._speedups: the dispatch of iopoll.loop's drivers in C.
+ *
+ * The pure-Python methods of CallbackRegistry (_registry.py) and AbstractDriver
+ * (_abstract_driver.py) are the reference; these are the ones a busy loop runs per callback
+ * or per tick, line for line, without the interpreter's frames around them:
+ *
+ *   defer(fn), delay(seconds, fn), repeat(interval, fn)    registration
+ *   _loop(fresh), _tick(previous_idle), _drain()             the run loop and one tick
+ *   _run_microtasks(), _activate(callbacks), _enqueue_timers()
+ *
+ * Everything else (enable, disable, cancel, the poll, signals, errors, streams, greenlets)
+ * stays in Python, and these call it by name, as the Python methods do: `self._poll(t)`,
+ * `self._error(fn, exc)`, `self._activate_stream(cb)`.  So a driver subclass that
+ * overrides one of those is obeyed, and no state lives here: the driver, its callback
+ * records and its LoopRunner are Python objects with __slots__, which install() finds once
+ * and this code then reads and writes by offset (see _cslots.h).  The timer heap is the
+ * driver's list of (expiration, seq, callback) tuples, kept with heapq's own algorithm, so
+ * that the Python methods that touch it (heapq.heappop in _blocking_timeout) share it.
+ *
+ * This file holds the registration methods and install(); _dispatch.c the run loop, the tick
+ * and the drain; _timer_heap.c the heap; _dispatch.h what they share.
+ *
+ * install(cls) puts these methods on cls, a subclass of AbstractDriver; iopoll.loop does so
+ * for IoPollDriver and SelectorsDriver unless IOPOLL_PURE_PYTHON is set.  Their parent
+ * classes keep the Python methods: tests/test_loop_speedups.py runs both side by side.
+ */
+
+#include "_dispatch.h"
+
+#include <string.h>
+
+Slots S;
+static int S_made = 0;
+
+/* -- registration ------------------------------------------------------------------------ */
+
+/* Parse (name1, name2) or (name1) arguments, positional or by keyword; borrowed results. */
+static int
+parse_args(const char *method, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+           PyObject **names, Py_ssize_t count, PyObject **out)
+{
+    if (nargs > count) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd positional argument%s but %zd were given",
+                     method, count, count == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        out[i] = i < nargs ? args[i] : NULL;
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t index = -1;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int equal = PyUnicode_Compare(key, names[i]) == 0;
+            if (equal) {
+                index = i;
+                break;
+            }
+        }
+        if (index < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
+                         method, key);
+            return -1;
+        }
+        if (out[index] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%U'", method,
+                         names[index]);
+            return -1;
+        }
+        out[index] = args[nargs + k];
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%U'", method,
+                         names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The next id (CallbackRegistry._new_id): a new reference. */
+static PyObject *
+new_id(PyObject *self)
+{
+    PyObject *value = peek(self, S.id_index);
+    if (value == NULL) {
+        return NULL;
+    }
+    long index = PyLong_AsLong(value);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (index == 26) {
+        PyObject *carried = call0(self, S.s_carry);
+        if (carried == NULL) {
+            return NULL;
+        }
+        index = PyLong_AsLong(carried);
+        Py_DECREF(carried);
+        if (index == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (index < 0 || index >= 26) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return NULL;
+    }
+    if (put_new(self, S.id_index, PyLong_FromLong(index + 1)) < 0) {
+        return NULL;
+    }
+    PyObject *prefix = peek(self, S.id_prefix);
+    if (prefix == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(prefix) || !PyUnicode_IS_COMPACT_ASCII(prefix)) {
+        return PyNumber_Add(prefix, PyTuple_GET_ITEM(S.letters, index));
+    }
+    /* prefix + letter, as str concatenation makes it, without its generic path. */
+    Py_ssize_t length = PyUnicode_GET_LENGTH(prefix);
+    PyObject *callback_id = PyUnicode_New(length + 1, 127);
+    if (callback_id != NULL) {
+        Py_UCS1 *text = PyUnicode_1BYTE_DATA(callback_id);
+        memcpy(text, PyUnicode_1BYTE_DATA(prefix), (size_t)length);
+        text[length] = (Py_UCS1)('a' + index);
+    }
+    return callback_id;
+}
+
+static int
+refuse_unless_callback(PyObject *fn)
+{
+    PyObject *checked = PyObject_CallOneArg(S.check_callback, fn);
+    if (checked == NULL) {
+        return -1;
+    }
+    Py_DECREF(checked);
+    return 0;
+}
+
+/* defer()'s check: `fn.__code__.co_flags & _CO_ASYNC`, the general check when that fails. */
+static int
+check_deferred(PyObject *fn)
+{
+    if (PyFunction_Check(fn)) {
+        PyCodeObject *code = (PyCodeObject *)PyFunction_GET_CODE(fn);
+        return code->co_flags & CO_ASYNC ? refuse_unless_callback(fn) : 0;
+    }
+    PyObject *code = PyObject_GetAttr(fn, S.s_code);
+    if (code == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return refuse_unless_callback(fn);
+    }
+    PyObject *flags = PyObject_GetAttr(code, S.s_co_flags);
+    Py_DECREF(code);
+    if (flags == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return refuse_unless_callback(fn);
+    }
+    PyObject *mask = PyLong_FromLong(CO_ASYNC);
+    PyObject *async = mask == NULL ? NULL : PyNumber_And(flags, mask);
+    Py_DECREF(flags);
+    Py_XDECREF(mask);
+    if (async == NULL) {
+        return -1;
+    }
+    int set = PyObject_IsTrue(async);
+    Py_DECREF(async);
+    if (set < 0) {
+        return -1;
+    }
+    return set ? refuse_unless_callback(fn) : 0;
+}
+
+/* delay()'s check: `type(code) is not CodeType or code.co_flags & _CO_ASYNC`, where code is
+ * `getattr(fn, "__code__", None)`. */
+static int
+check_timed(PyObject *fn)
+{
+    if (PyFunction_Check(fn)) {
+        PyCodeObject *code = (PyCodeObject *)PyFunction_GET_CODE(fn);
+        return code->co_flags & CO_ASYNC ? refuse_unless_callback(fn) : 0;
+    }
+    PyObject *code = PyObject_GetAttr(fn, S.s_code);
+    if (code == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return refuse_unless_callback(fn);
+    }
+    int plain = PyCode_Check(code) && !(((PyCodeObject *)code)->co_flags & CO_ASYNC);
+    Py_DECREF(code);
+    return plain ? 0 : refuse_unless_callback(fn);
+}
+
+/* A fresh record of `type`: what `type()` makes, every slot unset. */
+static inline PyObject *
+new_record(PyTypeObject *type)
+{
+    return type->tp_alloc(type, 0);
+}
+
+static PyObject *
+defer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *fn;
+    if (nargs == 1 && kwnames == NULL) {
+        fn = args[0];
+    }
+    else if (parse_args("defer", args, nargs, kwnames, &S.s_fn, 1, &fn) < 0) {
+        return NULL;
+    }
+    if (check_deferred(fn) < 0) {
+        return NULL;
+    }
+    PyObject *callback_id = new_id(self);
+    if (callback_id == NULL) {
+        return NULL;
+    }
+    PyObject *callbacks = peek(self, S.callbacks);
+    PyObject *defers = peek(self, S.defers);
+    PyObject *callback = new_record(S.defer_type);
+    if (callbacks == NULL || defers == NULL || callback == NULL) {
+        goto error;
+    }
+    put(callback, S.id, callback_id);
+    put(callback, S.fn, fn);
+    put_bool(callback, S.enabled, 1);
+    put_bool(callback, S.referenced, 1);
+    put_bool(callback, S.invokable, 1);
+    if (set_item(callbacks, callback_id, callback) < 0 || PyList_Append(defers, callback) < 0
+        || add_to(self, S.live, 1) < 0) {
+        goto error;
+    }
+    Py_DECREF(callback);
+    return callback_id;
+
+error:
+    Py_XDECREF(callback);
+    Py_DECREF(callback_id);
+    return NULL;
+}
+
+/* CallbackRegistry._add_timer: a delay or repeat record of `kind`, queued for activation. */
+static PyObject *
+add_timer(PyObject *self, PyObject *seconds, PyObject *fn, PyTypeObject *kind)
+{
+    PyObject *callback_id = new_id(self);
+    if (callback_id == NULL) {
+        return NULL;
+    }
+    PyObject *callback = NULL, *clock = now(self), *expiration = NULL;
+    if (clock == NULL) {
+        goto error;
+    }
+    if (PyFloat_CheckExact(clock) && PyFloat_CheckExact(seconds)) {
+        expiration = PyFloat_FromDouble(PyFloat_AS_DOUBLE(clock) + PyFloat_AS_DOUBLE(seconds));
+    }
+    else {
+        expiration = PyNumber_Add(clock, seconds);
+    }
+    PyObject *callbacks = peek(self, S.callbacks);
+    PyObject *queue = peek(self, S.enable_queue);
+    if (expiration == NULL || callbacks == NULL || queue == NULL
+        || (callback = new_record(kind)) == NULL) {
+        goto error;
+    }
+    /* TimerCallback.__init__ (Callback._init_queued) */
+    put(callback, S.id, callback_id);
+    put(callback, S.fn, fn);
+    put_bool(callback, S.enabled, 1);
+    put_bool(callback, S.referenced, 1);
+    put_bool(callback, S.invokable, 0);
+    put_new(callback, S.queued, PyLong_FromLong(1));
+    put(callback, S.interval, seconds);
+    put(callback, S.expiration, expiration);
+    put(callback, S.entry, Py_None);
+    if (set_item(callbacks, callback_id, callback) < 0 || PyList_Append(queue, callback) < 0
+        || add_to(self, S.live, 1) < 0) {
+        goto error;
+    }
+    Py_DECREF(clock);
+    Py_DECREF(expiration);
+    Py_DECREF(callback);
+    return callback_id;
+
+error:
+    Py_XDECREF(clock);
+    Py_XDECREF(expiration);
+    Py_XDECREF(callback);
+    Py_DECREF(callback_id);
+    return NULL;
+}
+
+static PyObject *
+checked_seconds(PyObject *value, const char *name)
+{
+    PyObject *label = PyUnicode_FromString(name);
+    if (label == NULL) {
+        return NULL;
+    }
+    PyObject *args[2] = {value, label};
+    PyObject *seconds = PyObject_Vectorcall(S.check_seconds, args, 2, NULL);
+    Py_DECREF(label);
+    return seconds;
+}
+
+static PyObject *
+delay(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *given[2];
+    PyObject *names[2] = {S.s_seconds, S.s_fn};
+    if (nargs == 2 && kwnames == NULL) {
+        given[0] = args[0];
+        given[1] = args[1];
+    }
+    else if (parse_args("delay", args, nargs, kwnames, names, 2, given) < 0) {
+        return NULL;
+    }
+    PyObject *seconds = given[0], *fn = given[1];
+    if (!PyFloat_CheckExact(seconds) || !(PyFloat_AS_DOUBLE(seconds) >= 0)) {
+        seconds = checked_seconds(seconds, "seconds");
+    }
+    else {
+        Py_INCREF(seconds);
+    }
+    if (seconds == NULL) {
+        return NULL;
+    }
+    PyObject *result = check_timed(fn) < 0 ? NULL : add_timer(self, seconds, fn, S.delay_type);
+    Py_DECREF(seconds);
+    return result;
+}
+
+static PyObject *
+repeat(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *given[2];
+    PyObject *names[2] = {S.s_interval, S.s_fn};
+    if (parse_args("repeat", args, nargs, kwnames, names, 2, given) < 0) {
+        return NULL;
+    }
+    PyObject *interval = checked_seconds(given[0], "interval");
+    if (interval == NULL) {
+        return NULL;
+    }
+    PyObject *result = refuse_unless_callback(given[1]) < 0
+                           ? NULL
+                           : add_timer(self, interval, given[1], S.repeat_type);
+    Py_DECREF(interval);
+    return result;
+}
+
+/* -- install() ------------------------------------------------------------------------------ */
+
+#define C_NOTE "\n\nRuns in C (iopoll.loop._speedups); the Python method is the reference."
+
+static PyMethodDef driver_methods[] = {
+    {"defer", (PyCFunction)(void (*)(void))defer, METH_FASTCALL | METH_KEYWORDS,
+     "defer($self, /, fn)\n--\n\nRun ``fn(id)`` in the next tick; return the id." C_NOTE},
+    {"delay", (PyCFunction)(void (*)(void))delay, METH_FASTCALL | METH_KEYWORDS,
+     "delay($self, /, seconds, fn)\n--\n\nRun ``fn(id)`` once, ``seconds`` from now; "
+     "return the id." C_NOTE},
+    {"repeat", (PyCFunction)(void (*)(void))repeat, METH_FASTCALL | METH_KEYWORDS,
+     "repeat($self, /, interval, fn)\n--\n\nRun ``fn(id)`` every ``interval`` seconds; "
+     "return the id." C_NOTE},
+    {"_activate", (PyCFunction)loop_activate, METH_O,
+     "Activate the records enabled since the last tick." C_NOTE},
+    {"_enqueue_timers", (PyCFunction)loop_enqueue_timers, METH_NOARGS,
+     "Queue the due timers' callbacks." C_NOTE},
+    {"_tick", (PyCFunction)loop_tick, METH_O, "One tick, up to running its queue." C_NOTE},
+    {"_run_microtasks", (PyCFunction)loop_run_microtasks, METH_NOARGS,
+     "Run the queued microtasks." C_NOTE},
+    {"_drain", (PyCFunction)loop_drain, METH_NOARGS,
+     "Run the microtasks, then each queued callback followed by the microtasks." C_NOTE},
+    {"_loop", (PyCFunction)loop_run, METH_O,
+     "Run ticks until stop() or until no callback keeps the loop alive." C_NOTE},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject *
+class_named(PyObject *module, const char *name)
+{
+    PyObject *found = PyObject_GetAttrString(module, name);
+    if (found != NULL && !PyType_Check(found)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a class", name);
+        Py_CLEAR(found);
+    }
+    return (PyTypeObject *)found;
+}
+
+static PyObject *
+import_from(const char *module_name, const char *name)
+{
+    PyObject *module = PyImport_ImportModule(module_name);
+    if (module == NULL) {
+        return NULL;
+    }
+    PyObject *found = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    return found;
+}
+
+/* Find the slots, classes and names, once; the classes stay alive with the references. */
+static int
+make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
+{
+    Slots found = {0};
+    PyObject *callbacks_module = PyImport_ImportModule("iopoll.loop._callbacks");
+    if (callbacks_module == NULL) {
+        return -1;
+    }
+    found.defer_type = class_named(callbacks_module, "DeferCallback");
+    found.delay_type = class_named(callbacks_module, "DelayCallback");
+    found.repeat_type = class_named(callbacks_module, "RepeatCallback");
+    found.timer_type = class_named(callbacks_module, "TimerCallback");
+    found.stream_type = class_named(callbacks_module, "StreamCallback");
+    found.signal_type = class_named(callbacks_module, "SignalCallback");
+    found.check_callback = PyObject_GetAttrString(callbacks_module, "check_callback");
+    found.check_seconds = PyObject_GetAttrString(callbacks_module, "check_seconds");
+    Py_DECREF(callbacks_module);
+    if (!found.defer_type || !found.delay_type || !found.repeat_type || !found.timer_type
+        || !found.stream_type || !found.signal_type || !found.check_callback
+        || !found.check_seconds) {
+        goto error;
+    }
+    PyTypeObject *d = driver_type, *t = found.timer_type;
+    if (!(found.callbacks = member_of(d, "_callbacks")) || !(found.id_prefix = member_of(d, "_id_prefix"))
+        || !(found.id_index = member_of(d, "_id_index"))
+        || !(found.enable_queue = member_of(d, "_enable_queue"))
+        || !(found.defers = member_of(d, "_defers"))
+        || !(found.stale_queued = member_of(d, "_stale_queued"))
+        || !(found.live = member_of(d, "_live")) || !(found.timers = member_of(d, "_timers"))
+        || !(found.timer_seq = member_of(d, "_timer_seq"))
+        || !(found.dead_timers = member_of(d, "_dead_timers"))
+        || !(found.signal_callbacks = member_of(d, "_signal_callbacks"))
+        || !(found.signals = member_of(d, "_signals")) || !(found.queue = member_of(d, "_queue"))
+        || !(found.microtasks = member_of(d, "_microtasks"))
+        || !(found.idle = member_of(d, "_idle")) || !(found.stopped = member_of(d, "_stopped"))
+        || !(found.interrupt = member_of(d, "_interrupt"))
+        || !(found.runner = member_of(d, "_runner"))
+        || !(found.fallback_count = member_of(d, "_fallback_count"))
+        || !(found.registered = member_of(d, "_registered"))
+        || !(found.runner_loop = member_of(runner_type, "loop"))
+        || !(found.id = member_of(t, "id")) || !(found.fn = member_of(t, "fn"))
+        || !(found.enabled = member_of(t, "enabled"))
+        || !(found.referenced = member_of(t, "referenced"))
+        || !(found.invokable = member_of(t, "invokable"))
+        || !(found.queued = member_of(t, "queued"))
+        || !(found.interval = member_of(t, "interval"))
+        || !(found.expiration = member_of(t, "expiration"))
+        || !(found.entry = member_of(t, "entry"))
+        || !(found.stream_arg = member_of(found.stream_type, "arg"))
+        || !(found.signal_arg = member_of(found.signal_type, "arg"))) {
+        goto error;
+    }
+    found.driver_type = (PyTypeObject *)Py_NewRef(driver_type);
+    found.poll_function = PyObject_GetAttrString((PyObject *)driver_type, "_poll");
+    found.letters = PyTuple_New(26);
+    if (found.poll_function == NULL || found.letters == NULL) {
+        goto error;
+    }
+    for (int i = 0; i < 26; i++) {
+        char letter = (char)('a' + i);
+        PyObject *text = PyUnicode_FromStringAndSize(&letter, 1);
+        if (text == NULL) {
+            goto error;
+        }
+        PyTuple_SET_ITEM(found.letters, i, text);
+    }
+    found.monotonic = import_from("time", "monotonic");
+    found.superseded = import_from("iopoll.loop._suspension", "Superseded");
+    found.zero = PyFloat_FromDouble(0.0);
+    if (found.monotonic == NULL || found.superseded == NULL || found.zero == NULL) {
+        goto error;
+    }
+    struct {
+        PyObject **target;
+        const char *text;
+    } names[] = {
+        {&found.s_now, "_now"},
+        {&found.s_poll, "_poll"},
+        {&found.s_carry, "_carry"},
+        {&found.s_activate, "_activate"},
+        {&found.s_activate_stream, "_activate_stream"},
+        {&found.s_blocking_timeout, "_blocking_timeout"},
+        {&found.s_enqueue_signals, "_enqueue_signals"},
+        {&found.s_enqueue_timers, "_enqueue_timers"},
+        {&found.s_error, "_error"},
+        {&found.s_refuse_result, "_refuse_result"},
+        {&found.s_deliver_interrupt, "_deliver_interrupt"},
+        {&found.s_drain, "_drain"},
+        {&found.s_tick, "_tick"},
+        {&found.s_run_microtasks, "_run_microtasks"},
+        {&found.s_popleft, "popleft"},
+        {&found.s_append, "append"},
+        {&found.s_extend, "extend"},
+        {&found.s_pending, "pending"},
+        {&found.s_once, "once"},
+        {&found.s_arg, "arg"},
+        {&found.s_code, "__code__"},
+        {&found.s_co_flags, "co_flags"},
+        {&found.s_seconds, "seconds"},
+        {&found.s_interval, "interval"},
+        {&found.s_fn, "fn"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {
+            goto error;
+        }
+    }
+    S = found;
+    S_made = 1;
+    return 0;
+
+error:
+    /* The references taken so far are kept: an install() that failed makes iopoll.loop run
+     * pure Python for the process, and these are a few classes and strings. */
+    return -1;
+}
+
+static PyObject *
+install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1])
+        || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "install(cls, abstract_driver, loop_runner) takes three classes");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyTypeObject *driver_type = (PyTypeObject *)args[1];
+    if (!PyType_IsSubtype(cls, driver_type)) {
+        PyErr_Format(PyExc_TypeError, "%s is not a subclass of %s", cls->tp_name,
+                     driver_type->tp_name);
+        return NULL;
+    }
+    if (!S_made) {
+        if (make_slots(driver_type, (PyTypeObject *)args[2]) < 0) {
+            return NULL;
+        }
+    }
+    else if (driver_type != S.driver_type) {
+        PyErr_SetString(PyExc_RuntimeError, "install() was called for another AbstractDriver");
+        return NULL;
+    }
+    for (PyMethodDef *def = driver_methods; def->ml_name != NULL; def++) {
+        if (set_attribute(cls, PyDescr_NewMethod(cls, def)) < 0) {
+            return NULL;
+        }
+    }
+    PyObject *clock = PyObject_GetAttr((PyObject *)cls, S.s_now);
+    if (clock == NULL) {
+        return NULL;
+    }
+    int monotonic = clock == S.monotonic;
+    Py_DECREF(clock);
+    for (int i = 0; monotonic && i < 4; i++) {
+        if (S.installed[i] == cls) {
+            break;
+        }
+        if (S.installed[i] == NULL) {
+            S.installed[i] = (PyTypeObject *)Py_NewRef(cls);
+            break;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+method_names(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    PyObject *names = PyTuple_New(sizeof(driver_methods) / sizeof(driver_methods[0]) - 1);
+    if (names == NULL) {
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    for (PyMethodDef *def = driver_methods; def->ml_name != NULL; def++, i++) {
+        PyObject *name = PyUnicode_FromString(def->ml_name);
+        if (name == NULL) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    return names;
+}
+
+static PyMethodDef module_methods[] = {
+    {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
+     "install(cls, abstract_driver, loop_runner)\n--\n\n"
+     "Put the C dispatch methods on ``cls``, a subclass of ``abstract_driver``."},
+    {"method_names", (PyCFunction)method_names, METH_NOARGS,
+     "method_names()\n--\n\nThe names of the methods ``install()`` puts on a class."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot module_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    /* The Slots above are static, one set per process: not per interpreter. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "iopoll.loop._speedups",
+    "The drivers' dispatch in C (optional; the pure-Python methods are the reference).",
+    0,             /* m_size: no module state; install() binds to the classes it is given */
+    module_methods,
+    module_slots,  /* multi-phase initialisation (PEP 489) */
+    NULL,          /* m_traverse */
+    NULL,          /* m_clear */
+    NULL,          /* m_free */
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&speedups_module);
+}

@@ -1,0 +1,125 @@
+/* The drivers' timer heap in C: heapq's own algorithm (Lib/heapq.py's _siftdown and _siftup)
+ * on the driver's list of (expiration, seq, callback) tuples, so that the Python methods
+ * that use heapq on the same list (AbstractDriver._blocking_timeout, the compaction in
+ * CallbackRegistry._deactivate) find it laid out exactly as they would have left it. */
+
+#include "_dispatch.h"
+
+/* a < b for two heap entries: 1, 0, or -1 on error.  Tuples of a float and an int compare
+ * as Python compares them, without a call; anything else goes through Python's `<`. */
+static int
+entry_less(PyObject *a, PyObject *b)
+{
+    if (PyTuple_CheckExact(a) && PyTuple_CheckExact(b) && PyTuple_GET_SIZE(a) == 3
+        && PyTuple_GET_SIZE(b) == 3) {
+        PyObject *x = PyTuple_GET_ITEM(a, 0), *y = PyTuple_GET_ITEM(b, 0);
+        if (PyFloat_CheckExact(x) && PyFloat_CheckExact(y)) {
+            double p = PyFloat_AS_DOUBLE(x), q = PyFloat_AS_DOUBLE(y);
+            if (p != q) {
+                return p < q;
+            }
+            PyObject *m = PyTuple_GET_ITEM(a, 1), *n = PyTuple_GET_ITEM(b, 1);
+            if (PyLong_CheckExact(m) && PyLong_CheckExact(n) && m != n) {
+                return PyObject_RichCompareBool(m, n, Py_LT);
+            }
+        }
+    }
+    return PyObject_RichCompareBool(a, b, Py_LT);
+}
+
+/* heapq._siftdown: move heap[pos] up towards start while it is smaller than its parent. */
+static int
+sift_down(PyObject *heap, Py_ssize_t start, Py_ssize_t pos)
+{
+    Py_ssize_t size = PyList_GET_SIZE(heap);
+    PyObject *item = PyList_GET_ITEM(heap, pos);
+    while (pos > start) {
+        Py_ssize_t parent_pos = (pos - 1) >> 1;
+        PyObject *parent = PyList_GET_ITEM(heap, parent_pos);
+        Py_INCREF(item);
+        Py_INCREF(parent);
+        int less = entry_less(item, parent);
+        Py_DECREF(parent);
+        Py_DECREF(item);
+        if (less < 0) {
+            return -1;
+        }
+        if (size != PyList_GET_SIZE(heap)) {
+            PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+            return -1;
+        }
+        if (!less) {
+            break;
+        }
+        /* Swap the two: the list keeps one reference to each. */
+        PyList_SET_ITEM(heap, pos, PyList_GET_ITEM(heap, parent_pos));
+        PyList_SET_ITEM(heap, parent_pos, item);
+        pos = parent_pos;
+    }
+    return 0;
+}
+
+/* heapq._siftup: move the smaller child up until a leaf, then heap[pos] into place. */
+static int
+sift_up(PyObject *heap, Py_ssize_t pos)
+{
+    Py_ssize_t end = PyList_GET_SIZE(heap), start = pos;
+    Py_ssize_t child = 2 * pos + 1;
+    while (child < end) {
+        Py_ssize_t right = child + 1;
+        if (right < end) {
+            PyObject *c = Py_NewRef(PyList_GET_ITEM(heap, child));
+            PyObject *r = Py_NewRef(PyList_GET_ITEM(heap, right));
+            int less = entry_less(c, r);
+            Py_DECREF(c);
+            Py_DECREF(r);
+            if (less < 0) {
+                return -1;
+            }
+            if (end != PyList_GET_SIZE(heap)) {
+                PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+                return -1;
+            }
+            if (!less) {
+                child = right;
+            }
+        }
+        PyObject *moved = PyList_GET_ITEM(heap, child);
+        PyList_SET_ITEM(heap, child, PyList_GET_ITEM(heap, pos));
+        PyList_SET_ITEM(heap, pos, moved);
+        pos = child;
+        child = 2 * pos + 1;
+    }
+    return sift_down(heap, start, pos);
+}
+
+int
+loop_heap_push(PyObject *heap, PyObject *item)
+{
+    if (PyList_Append(heap, item) < 0) {
+        return -1;
+    }
+    return sift_down(heap, 0, PyList_GET_SIZE(heap) - 1);
+}
+
+/* heapq.heappop: a new reference to the smallest entry (the heap is not empty). */
+PyObject *
+loop_heap_pop(PyObject *heap)
+{
+    Py_ssize_t size = PyList_GET_SIZE(heap);
+    PyObject *last = Py_NewRef(PyList_GET_ITEM(heap, size - 1));
+    if (PyList_SetSlice(heap, size - 1, size, NULL) < 0) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    if (size == 1) {
+        return last;
+    }
+    PyObject *smallest = PyList_GET_ITEM(heap, 0);
+    PyList_SET_ITEM(heap, 0, last); /* the list's reference to smallest is now ours */
+    if (sift_up(heap, 0) < 0) {
+        Py_DECREF(smallest);
+        return NULL;
+    }
+    return smallest;
+}

@@ -1,0 +1,604 @@
+"""The drivers' C dispatch (``iopoll/loop/_speedups.c``) against the pure-Python reference.
+
+``IoPollDriver`` and ``SelectorsDriver`` run their ``defer``/``delay``/``repeat``, the run loop,
+the tick, the drain, activation and the timer queue in C when the extension was built; their
+parents ``PyIoPollDriver`` and ``PySelectorsDriver`` keep the Python methods.  The driver
+contract runs on all four (``test_loop_drivers.py``).  Here a Hypothesis test replays one
+random schedule through a pure and a C driver side by side and compares the order of every
+callback, microtask and error, and the state of every id after each run; the targeted tests
+below pin what a random schedule rarely reaches.
+
+Both drivers run on a clock of their own that advances a fixed step per reading, and by the
+timeout of each blocking wait (which then does not block), so that the schedule does not
+depend on the machine's speed: the C code calls ``self._now()`` and ``self._poll()`` where a
+subclass overrides them, exactly as often as the Python code does.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import re
+import socket
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from iopoll.loop import InvalidCallbackError, IoPollDriver, SelectorsDriver, UncaughtError
+from iopoll.loop._abstract_driver import AbstractDriver
+from iopoll.loop._iopoll_driver import ACCELERATED, PyIoPollDriver
+from iopoll.loop._selectors_driver import PySelectorsDriver
+
+needs_c = pytest.mark.skipif(not ACCELERATED, reason="iopoll.loop._speedups is not in use")
+
+STEP = 0.0005  # what the test clock advances per reading, in seconds
+
+
+def _with_test_clock(base: type[AbstractDriver]) -> type[AbstractDriver]:  # type: ignore[type-arg]
+    class Clocked(base):  # type: ignore[valid-type,misc]
+        clock = 1000.0
+
+        def _now(self) -> float:
+            self.clock += STEP
+            return self.clock
+
+        def _poll(self, timeout: float) -> None:
+            self.clock += timeout  # a blocking wait passes on the test clock only
+            super()._poll(0.0)
+
+    Clocked.__name__ = f"Clocked{base.__name__}"
+    return Clocked
+
+
+PAIRS = [
+    pytest.param(PyIoPollDriver, IoPollDriver, id="iopoll"),
+    pytest.param(PySelectorsDriver, SelectorsDriver, id="selectors"),
+]
+
+# -- the schedule's interpreter ---------------------------------------------------------------
+
+ACTIONS = [
+    "defer",
+    "delay0",
+    "delay1",
+    "delay3",
+    "delay_inf",
+    "repeat0",
+    "repeat2",
+    "readable",
+    "writable",
+    "enable",
+    "disable",
+    "cancel",
+    "reference",
+    "unreference",
+    "queue",
+    "queue_raise",
+    "raise",
+    "return_value",
+    "stop",
+    "nothing",
+]
+MAX_CALLS = 120  # callbacks per run: then every id is cancelled and the loop ends
+MAX_RUNS_PER_CALLBACK = 3  # a repeat or an I/O callback cancels itself after that many
+WATCHDOG_RUNS = 40  # the watchdog's runs between two cancellations of everything
+
+
+class Schedule:
+    """Runs one list of actions on one driver and logs everything that happens.
+
+    Each callback, when it runs, logs itself and performs the next action of the list (so
+    the same list gives the same program wherever the callbacks run in the same order).
+    """
+
+    def __init__(
+        self,
+        driver: AbstractDriver,  # type: ignore[type-arg]
+        actions: list[tuple[str, int]],
+        streams: tuple[socket.socket, socket.socket],
+        handler: bool,
+    ) -> None:
+        self.driver = driver
+        self.actions = actions
+        self.cursor = 0
+        self.log: list[tuple[Any, ...]] = []
+        self.ids: list[str] = []
+        self.runs: dict[str, int] = {}
+        self.calls = 0
+        self.watchdog_runs = 0
+        self.readable, self.writable = streams
+        if handler:
+            driver.set_error_handler(self.on_error)
+
+    def on_error(self, exc: Exception) -> None:
+        self.log.append(("error", type(exc).__name__, str(exc)))
+
+    def next_action(self) -> tuple[str, int]:
+        if self.cursor >= len(self.actions):
+            return ("nothing", 0)
+        action = self.actions[self.cursor]
+        self.cursor += 1
+        return action
+
+    def callback(self, callback_id: str, *arg: Any) -> Any:
+        self.log.append(("call", callback_id, len(arg)))
+        self.calls += 1
+        if self.calls >= MAX_CALLS:
+            for known in self.ids:
+                self.driver.cancel(known)
+            return None
+        runs = self.runs[callback_id] = self.runs.get(callback_id, 0) + 1
+        if runs >= MAX_RUNS_PER_CALLBACK and self.driver.get_type(callback_id).value in (
+            "repeat",
+            "readable",
+            "writable",
+        ):
+            self.driver.cancel(callback_id)
+        return self.perform(*self.next_action())
+
+    def watchdog(self, callback_id: str) -> None:
+        """An unreferenced repeat: ends a run that would wait for ever (an infinite delay
+        referenced again) by cancelling every callback, after a fixed number of ticks."""
+        self.log.append(("watchdog", callback_id))
+        self.watchdog_runs += 1
+        if self.watchdog_runs % WATCHDOG_RUNS == 0:
+            for known in self.ids:
+                self.driver.cancel(known)
+
+    def microtask(self, label: int) -> None:
+        self.log.append(("microtask", label))
+
+    def failing_microtask(self, label: int) -> None:
+        self.log.append(("microtask", label))
+        raise KeyError(label)
+
+    def perform(self, action: str, number: int) -> Any:
+        d = self.driver
+        register: dict[str, Callable[[], str]] = {
+            "defer": lambda: d.defer(self.callback),
+            "delay0": lambda: d.delay(0, self.callback),
+            "delay1": lambda: d.delay(STEP, self.callback),
+            "delay3": lambda: d.delay(3 * STEP, self.callback),
+            "delay_inf": lambda: d.delay(math.inf, self.callback),
+            "repeat0": lambda: d.repeat(0, self.callback),
+            "repeat2": lambda: d.repeat(2 * STEP, self.callback),
+            "readable": lambda: d.on_readable(self.readable, self.callback),
+            "writable": lambda: d.on_writable(self.writable, self.callback),
+        }
+        if action in register:
+            callback_id = register[action]()
+            self.ids.append(callback_id)
+            self.log.append(("new", action, callback_id))
+        elif action in ("enable", "disable", "cancel", "reference", "unreference"):
+            if self.ids:
+                target = self.ids[number % len(self.ids)]
+                try:
+                    result = getattr(d, action)(target)
+                except InvalidCallbackError as exc:
+                    result = f"raised {exc}"
+                self.log.append((action, target, result))
+        elif action == "queue":
+            d.queue(self.microtask, number)
+        elif action == "queue_raise":
+            d.queue(self.failing_microtask, number)
+        elif action == "raise":
+            raise ValueError(number)
+        elif action == "return_value":
+            return number
+        elif action == "stop":
+            d.stop()
+        return None
+
+    def run(self) -> None:
+        try:
+            self.driver.run()
+        except UncaughtError as exc:
+            self.log.append(("uncaught", str(exc)))
+
+    def state(self) -> list[tuple[Any, ...]]:
+        d = self.driver
+        table: list[tuple[Any, ...]] = [("ids", tuple(d.get_identifiers()))]
+        for callback_id in d.get_identifiers():
+            table.append(
+                (
+                    callback_id,
+                    d.get_type(callback_id),
+                    d.is_enabled(callback_id),
+                    d.is_referenced(callback_id),
+                )
+            )
+        table.append(("live", d._live, "queued", len(d._enable_queue), len(d._defers)))
+        table.append(("timers", sorted((e[0], e[1]) for e in d._timers)))
+        return table
+
+
+def replay(
+    cls: type[AbstractDriver],  # type: ignore[type-arg]
+    actions: list[tuple[str, int]],
+    first: int,
+    handler: bool,
+    runs: int,
+) -> tuple[list[tuple[Any, ...]], list[list[tuple[Any, ...]]]]:
+    """Register ``first`` callbacks from ``actions``, then run the loop ``runs`` times."""
+    a, b = socket.socketpair()
+    try:
+        b.send(b"x")  # a is readable, for every readable callback of the schedule
+        driver = _with_test_clock(cls)()
+        try:
+            schedule = Schedule(driver, actions, (a, b), handler)
+            for _ in range(first):
+                action, number = schedule.next_action()
+                if action in ("raise", "return_value", "stop", "nothing"):
+                    action = "defer"  # outside a callback: register something instead
+                schedule.perform(action, number)
+            driver.unreference(driver.repeat(10 * STEP, schedule.watchdog))
+            states = []
+            for _ in range(runs):
+                schedule.run()
+                states.append(schedule.state())
+            return schedule.log, states
+        finally:
+            driver.close()
+    finally:
+        a.close()
+        b.close()
+
+
+actions_strategy = st.lists(
+    st.tuples(st.sampled_from(ACTIONS), st.integers(0, 50)), min_size=1, max_size=80
+)
+
+
+@needs_c
+@pytest.mark.parametrize(("pure", "fast"), PAIRS)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    actions=actions_strategy,
+    first=st.integers(1, 8),
+    handler=st.booleans(),
+    runs=st.integers(1, 3),
+)
+def test_a_random_schedule_runs_alike(
+    pure: type[AbstractDriver],  # type: ignore[type-arg]
+    fast: type[AbstractDriver],  # type: ignore[type-arg]
+    actions: list[tuple[str, int]],
+    first: int,
+    handler: bool,
+    runs: int,
+) -> None:
+    expected = replay(pure, actions, first, handler, runs)
+    got = replay(fast, actions, first, handler, runs)
+    note(f"pure log: {expected[0]}")
+    assert got[0] == expected[0]
+    assert got[1] == expected[1]
+
+
+# -- targeted cases -------------------------------------------------------------------------------
+
+
+def both(test: Callable[[type[AbstractDriver]], Any]) -> Callable[[], None]:  # type: ignore[type-arg]
+    """Run ``test(cls)`` on the pure and the C IoPollDriver; their results must be equal."""
+
+    @needs_c
+    def run_both() -> None:
+        expected = test(_with_test_clock(PyIoPollDriver))
+        got = test(_with_test_clock(IoPollDriver))
+        assert got == expected
+        assert expected is not None  # the test returned what it saw
+
+    run_both.__name__ = test.__name__
+    run_both.__doc__ = test.__doc__
+    return run_both
+
+
+@both
+def test_timers_with_one_expiration_run_in_registration_order(cls: type) -> Any:
+    """Equal expirations fall back to the sequence number, as heapq's tuples compare."""
+    d = cls()
+    d._now = lambda: 5.0  # every reading the same instant
+    seen: list[str] = []
+    for _ in range(40):
+        d.delay(0.25, lambda cid: seen.append(cid))
+    for _ in range(10):
+        d.delay(0.0, lambda cid: seen.append(cid))
+    d._now = iter(float(x) for x in range(5, 10_000)).__next__
+    d.run()
+    return seen
+
+
+@both
+def test_the_timer_heap_is_the_one_heapq_keeps(cls: type) -> Any:
+    """After activation the heap list is laid out exactly as heapq.heappush lays it out."""
+    import heapq
+    import random
+
+    rng = random.Random(7)
+    d = cls()
+    delays = [0.0, 0.001, 0.5, 2.0, math.inf]
+    ids = [d.delay(rng.choice(delays), lambda cid: None) for _ in range(60)]
+    for callback_id in ids[::7]:
+        d.disable(callback_id)
+    d._activate(d._enable_queue)
+    d._enable_queue = []
+    layout = [(e[0], e[1]) for e in d._timers]
+    reference: list[tuple[float, int]] = []
+    for entry in sorted(layout, key=lambda pair: pair[1]):  # pushed in sequence order
+        heapq.heappush(reference, entry)
+    assert layout == reference
+    popped = [heapq.heappop(d._timers)[:2] for _ in range(len(d._timers))]
+    assert popped == sorted(layout)
+    return layout
+
+
+@both
+def test_keyword_arguments_and_bad_calls(cls: type) -> Any:
+    """defer/delay/repeat take their arguments by keyword too, and refuse what Python refuses."""
+    d = cls()
+    seen = [
+        d.defer(fn=lambda cid: None),
+        d.delay(fn=lambda cid: None, seconds=0.5),
+        d.repeat(interval=1, fn=lambda cid: None),
+    ]
+
+    async def coroutine_function(cid: str) -> None:
+        pass
+
+    for call in (
+        lambda: d.defer(42),
+        lambda: d.defer(coroutine_function),
+        lambda: d.delay(-1, lambda cid: None),
+        lambda: d.delay(math.nan, lambda cid: None),
+        lambda: d.delay("1", lambda cid: None),
+        lambda: d.delay(True, lambda cid: None),
+        lambda: d.delay(0.1, coroutine_function),
+        lambda: d.repeat(0.1, 42),
+        lambda: d.repeat(-0.5, lambda cid: None),
+    ):
+        with pytest.raises((TypeError, ValueError)) as info:
+            call()
+        seen.append((info.type.__name__, re.sub(r" at 0x[0-9a-f]+", "", str(info.value))))
+    for call in (
+        lambda: d.defer(),
+        lambda: d.delay(1.0),
+        lambda: d.defer(print, fn=print),
+        lambda: d.delay(1.0, print, 3),
+        lambda: d.repeat(1.0, nope=print),
+    ):
+        with pytest.raises(TypeError):
+            call()
+    seen.append(d.get_identifiers())
+    seen.append((d._live, len(d._defers), len(d._enable_queue)))
+    return seen
+
+
+@both
+def test_a_delay_of_a_huge_int_or_a_fraction(cls: type) -> Any:
+    """Non-float delays go through check_seconds: ints beyond a float are never."""
+    from fractions import Fraction
+
+    d = cls()
+    seen: list[str] = []
+    d.delay(10**400, lambda cid: seen.append("never"))
+    d.delay(Fraction(1, 1000), lambda cid: seen.append("fraction"))
+    d.delay(1, lambda cid: seen.append("int"))
+    d.repeat(10**400, lambda cid: seen.append("never"))
+    d.unreference(d.get_identifiers()[0])
+    d.unreference(d.get_identifiers()[3])
+    d.run()
+    return seen, [e[0] for e in d._timers]
+
+
+@both
+def test_ids_carry_past_z(cls: type) -> Any:
+    """The 27th id is "aa", the 703rd "aaa": C and Python count alike."""
+    d = cls()
+    ids = [d.defer(lambda cid: None) if n % 2 else d.delay(0, lambda cid: None) for n in range(800)]
+    d.run()
+    return ids[24:30] + ids[700:705]
+
+
+@both
+def test_errors_chain_to_the_exception_being_handled(cls: type) -> Any:
+    """A handler's failure carries the callback's error as its context, as an except block
+    gives it, and ends run() as UncaughtError."""
+    d = cls()
+
+    def handler(exc: Exception) -> None:
+        raise RuntimeError("handler failed")
+
+    d.set_error_handler(handler)
+    d.defer(lambda cid: 1 / 0)
+    with pytest.raises(UncaughtError) as info:
+        d.run()
+    failure = info.value.__cause__ or info.value.__context__
+    assert isinstance(failure, RuntimeError)
+    return type(failure.__context__).__name__, str(info.value)
+
+
+@both
+def test_a_callback_returning_a_value_and_a_coroutine(cls: type) -> Any:
+    """Refused results go to the error handler, a coroutine closed first (no warning)."""
+    d = cls()
+    errors: list[str] = []
+    d.set_error_handler(lambda exc: errors.append(str(exc)))
+
+    async def later() -> None:
+        pass
+
+    d.defer(lambda cid: 5)
+    d.defer(lambda cid: later())
+    d.delay(0, lambda cid: "text")
+    d.run()
+    return errors
+
+
+@both
+def test_base_exceptions_go_through(cls: type) -> Any:
+    """KeyboardInterrupt from a callback is not the error handler's: run() raises it, and
+    the queue keeps the callbacks behind it for the next run()."""
+    d = cls()
+    seen: list[str] = []
+    d.set_error_handler(lambda exc: seen.append("handler"))
+
+    def interrupt(cid: str) -> None:
+        raise KeyboardInterrupt
+
+    d.defer(lambda cid: seen.append("first"))
+    d.defer(interrupt)
+    d.defer(lambda cid: seen.append("third"))
+    with pytest.raises(KeyboardInterrupt):
+        d.run()
+    d.run()
+    return seen
+
+
+@both
+def test_microtasks_between_callbacks_and_their_errors(cls: type) -> Any:
+    """Microtasks run after each callback; one's error ends run() only after the rest ran."""
+    d = cls()
+    seen: list[Any] = []
+
+    def fail() -> None:
+        seen.append("fail")
+        raise OSError("microtask")
+
+    def first(cid: str) -> None:
+        seen.append(cid)
+        d.queue(seen.append, "m1")
+        d.queue(fail)
+        d.queue(seen.append, "m2")
+
+    d.defer(first)
+    d.defer(lambda cid: seen.append(cid))
+    with pytest.raises(UncaughtError):
+        d.run()
+    d.run()
+    d.queue(seen.append, *["not", "one"][:1])
+    d.run()
+    return seen
+
+
+@both
+def test_disable_and_enable_inside_a_tick(cls: type) -> Any:
+    """A callback disabled by an earlier one in the same tick does not run; one re-enabled
+    runs in a later tick; a repeat never runs twice in one tick."""
+    d = cls()
+    seen: list[str] = []
+    ids: dict[str, str] = {}
+
+    def first(cid: str) -> None:
+        seen.append("first")
+        d.disable(ids["second"])
+        d.enable(ids["second"])
+
+    def repeat(cid: str) -> None:
+        seen.append("repeat")
+        if seen.count("repeat") == 3:
+            d.cancel(cid)
+
+    ids["first"] = d.defer(first)
+    ids["second"] = d.defer(lambda cid: seen.append("second"))
+    ids["repeat"] = d.repeat(0, repeat)
+    d.delay(0, lambda cid: seen.append("delay"))
+    d.run()
+    return seen
+
+
+@needs_c
+def test_a_subclass_clock_and_poll_are_obeyed() -> None:
+    """The C dispatch reads the clock and polls through the driver's own methods when a
+    subclass overrides them."""
+    polls: list[float] = []
+
+    class Driver(IoPollDriver):
+        def _now(self) -> float:
+            return 42.0
+
+        def _poll(self, timeout: float) -> None:
+            polls.append(timeout)
+            super()._poll(timeout)
+
+    d = Driver()
+    d.delay(1.0, lambda cid: None)
+    assert d._timers == [] and d._enable_queue[0].expiration == 43.0
+    d.defer(lambda cid: d.stop())
+    d.run()
+    assert polls == [0.0]
+
+
+@needs_c
+def test_the_c_methods_are_on_the_public_classes_only() -> None:
+    from iopoll.loop import _speedups
+
+    names = _speedups.method_names()
+    assert {"defer", "delay", "repeat", "_loop", "_tick", "_drain"} <= set(names)
+    for name in names:
+        assert type(vars(IoPollDriver)[name]).__name__ == "method_descriptor", name
+        assert type(vars(SelectorsDriver)[name]).__name__ == "method_descriptor", name
+        owner = next(c for c in PyIoPollDriver.__mro__ if name in vars(c))
+        assert type(vars(owner)[name]).__name__ == "function", name
+
+
+@needs_c
+def test_install_refuses_what_it_cannot_serve() -> None:
+    from iopoll.loop import _speedups
+    from iopoll.loop._suspension import LoopRunner
+
+    with pytest.raises(TypeError, match="three classes"):
+        _speedups.install(IoPollDriver)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="not a subclass"):
+        _speedups.install(int, AbstractDriver, LoopRunner)
+    with pytest.raises(RuntimeError, match="another AbstractDriver"):
+        _speedups.install(IoPollDriver, IoPollDriver, LoopRunner)
+
+
+@needs_c
+def test_records_and_drivers_are_freed() -> None:
+    """Nothing the C code touches stays alive after the driver is dropped (cycles included:
+    a callback that refers to its driver)."""
+
+    class Marker:
+        pass
+
+    def run_one() -> tuple[weakref.ref[IoPollDriver], weakref.ref[Marker]]:
+        d = IoPollDriver()
+        marker = Marker()
+
+        def first(cid: str) -> None:
+            d.delay(0, lambda cid: None)
+
+        d.defer(first)
+        d.repeat(0.001, lambda cid: d.cancel(cid))
+        # Pending for ever, unreferenced: a cycle through the timer heap and the closure.
+        d.unreference(d.delay(math.inf, lambda cid, kept=marker: d.stop()))
+        d.run()
+        assert len(d._timers) == 1
+        d.close()
+        return weakref.ref(d), weakref.ref(marker)
+
+    gone, kept = run_one()
+    gc.collect()
+    assert gone() is None and kept() is None
+
+
+@needs_c
+def test_reference_counts_hold_over_many_ticks() -> None:
+    """The ids, records and the callback keep the reference counts Python gives them."""
+    d = IoPollDriver()
+
+    def callback(cid: str) -> None:
+        pass
+
+    before = sys.getrefcount(callback)
+    for _ in range(200):
+        d.defer(callback)
+        d.delay(0, callback)
+    d.repeat(0, lambda cid: d.cancel(cid) if len(d.get_identifiers()) else None)
+    d.run()
+    assert sys.getrefcount(callback) == before
+    assert d._live == 0 and not d._callbacks and not d._timers
