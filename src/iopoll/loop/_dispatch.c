@@ -160,7 +160,7 @@ loop_enqueue_timers(PyObject *self, PyObject *Py_UNUSED(ignored))
         }
         else {
             put(callback, S.entry, Py_None);
-            PyObject *done = call1(queue, S.s_append, callback);
+            PyObject *done = DEQUE_APPEND(queue, callback);
             Py_XDECREF(done);
             failed = done == NULL ? -1 : put_bool(self, S.idle, 0);
         }
@@ -180,31 +180,6 @@ error:
     Py_XDECREF(queue);
     Py_DECREF(timers);
     return NULL;
-}
-
-/* Whether self._poll(timeout) would return at once without a system call: no fd is
- * registered, the timeout is zero, and _poll is AbstractDriver's. */
-static int
-poll_is_empty(PyObject *self, PyObject *timeout)
-{
-    if (!PyFloat_CheckExact(timeout) || PyFloat_AS_DOUBLE(timeout) != 0.0) {
-        return 0;
-    }
-    int fallback = truth(self, S.fallback_count);
-    if (fallback != 0) {
-        return fallback < 0 ? -1 : 0;
-    }
-    int registered = truth(self, S.registered);
-    if (registered != 0) {
-        return registered < 0 ? -1 : 0;
-    }
-    PyObject *poll = PyObject_GetAttr((PyObject *)Py_TYPE(self), S.s_poll);
-    if (poll == NULL) {
-        return -1;
-    }
-    int same = poll == S.poll_function;
-    Py_DECREF(poll);
-    return same;
 }
 
 PyObject *
@@ -228,7 +203,7 @@ loop_tick(PyObject *self, PyObject *previous_idle)
             Py_DECREF(enable_queue);
             return NULL;
         }
-        done = call1(self, S.s_activate, enable_queue);
+        done = own_method(self, S.s_activate, loop_activate, enable_queue);
         Py_DECREF(enable_queue);
         if (done == NULL) {
             return NULL;
@@ -246,7 +221,7 @@ loop_tick(PyObject *self, PyObject *previous_idle)
             Py_DECREF(defers);
             return NULL;
         }
-        done = call1(queue, S.s_extend, defers);
+        done = DEQUE_EXTEND(queue, defers);
         Py_DECREF(defers);
         if (done == NULL) {
             return NULL;
@@ -268,16 +243,10 @@ loop_tick(PyObject *self, PyObject *previous_idle)
     if (mark < 0) {
         goto error;
     }
-    int empty = poll_is_empty(self, timeout);
-    if (empty < 0) {
+    if ((done = own_method(self, S.s_poll, loop_poll, timeout)) == NULL) {
         goto error;
     }
-    if (!empty) {
-        if ((done = call1(self, S.s_poll, timeout)) == NULL) {
-            goto error;
-        }
-        Py_DECREF(done);
-    }
+    Py_DECREF(done);
     Py_CLEAR(timeout);
     PyObject *signals = peek(self, S.signals);
     if (signals == NULL) {
@@ -307,7 +276,7 @@ loop_tick(PyObject *self, PyObject *previous_idle)
         return NULL;
     }
     if (any_timers) {
-        if ((done = call0(self, S.s_enqueue_timers)) == NULL) {
+        if ((done = own_method(self, S.s_enqueue_timers, loop_enqueue_timers, NULL)) == NULL) {
             return NULL;
         }
         Py_DECREF(done);
@@ -317,6 +286,96 @@ loop_tick(PyObject *self, PyObject *previous_idle)
 error:
     Py_XDECREF(timeout);
     return NULL;
+}
+
+/* self._wait(poller, timeout) */
+static PyObject *
+call_wait(PyObject *self, PyObject *poller, PyObject *timeout)
+{
+    PyObject *args[3] = {self, poller, timeout};
+    int index = native_index(self);
+    if (index >= 0 && S.installed[index].io) {
+        return iopoll_wait(self, args + 1, 2);
+    }
+    return PyObject_VectorcallMethod(S.s_wait, args, 3, NULL);
+}
+
+/* AbstractDriver._poll: wait up to `timeout` seconds, then queue what is ready. */
+PyObject *
+loop_poll(PyObject *self, PyObject *timeout)
+{
+    PyObject *ready = NULL, *done;
+    int fallback = truth(self, S.fallback_count);
+    if (fallback < 0) {
+        return NULL;
+    }
+    if (fallback) {
+        /* The fallback's streams are always ready: wait on neither poller. */
+        PyObject *poller = peek(self, S.poller), *other = peek(self, S.fallback);
+        if (poller == NULL || other == NULL) {
+            return NULL;
+        }
+        PyObject *first = call_wait(self, poller, PyLong_FromLong(0)); /* a cached small int */
+        if (first == NULL) {
+            return NULL;
+        }
+        PyObject *second = call_wait(self, other, PyLong_FromLong(0));
+        ready = second == NULL ? NULL : PyNumber_Add(first, second);
+        Py_DECREF(first);
+        Py_XDECREF(second);
+    }
+    else {
+        int registered = truth(self, S.registered);
+        if (registered < 0) {
+            return NULL;
+        }
+        if (registered) {
+            PyObject *poller = peek(self, S.poller);
+            if (poller == NULL) {
+                return NULL;
+            }
+            ready = call_wait(self, poller, timeout);
+        }
+        else {
+            /* No fd to wait for: a zero timeout needs no system call at all. */
+            int sleeps = PyObject_IsTrue(timeout);
+            if (sleeps < 0) {
+                return NULL;
+            }
+            if (sleeps && (done = PyObject_CallOneArg(S.sleep, timeout)) == NULL) {
+                return NULL;
+            }
+            if (sleeps) {
+                Py_DECREF(done);
+            }
+            Py_RETURN_NONE;
+        }
+    }
+    if (ready == NULL) {
+        return NULL;
+    }
+    int any = PyObject_IsTrue(ready);
+    if (any > 0) {
+        int index = native_index(self);
+        done = index >= 0 && S.installed[index].io ? iopoll_queue_ready(self, ready)
+                                                   : call1(self, S.s_queue_ready, ready);
+        Py_XDECREF(done);
+        any = done == NULL ? -1 : put_bool(self, S.idle, 0);
+    }
+    else if (any == 0) {
+        int waited = PyObject_IsTrue(timeout);
+        if (waited > 0) {
+            done = call0(self, S.s_idle_wait);
+            Py_XDECREF(done);
+            waited = done == NULL ? -1 : 0;
+        }
+        any = waited;
+    }
+    Py_DECREF(ready);
+    if (any < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 /* -- running callbacks --------------------------------------------------------------------- */
@@ -365,7 +424,7 @@ loop_run_microtasks(PyObject *self, PyObject *Py_UNUSED(ignored))
         if (!left || interrupt != error) {
             break;
         }
-        PyObject *task = call0(microtasks, S.s_popleft);
+        PyObject *task = DEQUE_POPLEFT(microtasks);
         if (task == NULL) {
             failed = 1;
             break;
@@ -547,7 +606,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
     int failed = microtasks == NULL || queue == NULL || callbacks == NULL || me == NULL;
     Py_ssize_t left = failed ? -1 : PyObject_Size(microtasks);
     if (left > 0) {
-        done = call0(self, S.s_run_microtasks);
+        done = own_method(self, S.s_run_microtasks, loop_run_microtasks, NULL);
         Py_XDECREF(done);
         failed = done == NULL;
     }
@@ -562,7 +621,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
         if (!waiting || interrupt != Py_None) {
             break;
         }
-        PyObject *callback = call0(queue, S.s_popleft);
+        PyObject *callback = DEQUE_POPLEFT(queue);
         if (callback == NULL) {
             failed = 1;
             break;
@@ -595,7 +654,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
             failed = 1;
         }
         else if (left) {
-            done = call0(self, S.s_run_microtasks);
+            done = own_method(self, S.s_run_microtasks, loop_run_microtasks, NULL);
             Py_XDECREF(done);
             failed = done == NULL;
         }
@@ -612,9 +671,12 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 static int
-call_step(PyObject *self, PyObject *name, PyObject *arg)
+call_step(PyObject *self, PyObject *name, PyObject *(*function)(PyObject *, PyObject *),
+          PyObject *arg)
 {
-    PyObject *done = arg == NULL ? call0(self, name) : call1(self, name, arg);
+    PyObject *done = function != NULL ? own_method(self, name, function, arg)
+                     : arg == NULL    ? call0(self, name)
+                                      : call1(self, name, arg);
     Py_XDECREF(done);
     return done == NULL ? -1 : 0;
 }
@@ -629,7 +691,7 @@ loop_run(PyObject *self, PyObject *fresh)
     if (is_fresh) {
         put_bool(self, S.stopped, 0);
     }
-    if (call_step(self, S.s_drain, NULL) < 0) {
+    if (call_step(self, S.s_drain, loop_drain, NULL) < 0) {
         return NULL;
     }
     for (;;) {
@@ -645,7 +707,7 @@ loop_run(PyObject *self, PyObject *fresh)
             return NULL;
         }
         if (interrupt != Py_None) {
-            if (call_step(self, S.s_deliver_interrupt, NULL) < 0) {
+            if (call_step(self, S.s_deliver_interrupt, NULL, NULL) < 0) {
                 return NULL;
             }
             continue;
@@ -662,9 +724,9 @@ loop_run(PyObject *self, PyObject *fresh)
             return NULL;
         }
         put_bool(self, S.idle, 1);
-        int failed = call_step(self, S.s_tick, previous_idle);
+        int failed = call_step(self, S.s_tick, loop_tick, previous_idle);
         Py_DECREF(previous_idle);
-        if (failed < 0 || call_step(self, S.s_drain, NULL) < 0) {
+        if (failed < 0 || call_step(self, S.s_drain, loop_drain, NULL) < 0) {
             return NULL;
         }
     }
@@ -672,7 +734,7 @@ loop_run(PyObject *self, PyObject *fresh)
     if (interrupt == NULL) {
         return NULL;
     }
-    if (interrupt != Py_None && call_step(self, S.s_deliver_interrupt, NULL) < 0) {
+    if (interrupt != Py_None && call_step(self, S.s_deliver_interrupt, NULL, NULL) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;

@@ -18,7 +18,7 @@ typedef struct {
     PyMemberDef *live, *timers, *timer_seq, *dead_timers, *signal_callbacks, *signals;
     /* AbstractDriver */
     PyMemberDef *queue, *microtasks, *idle, *stopped, *interrupt, *runner;
-    PyMemberDef *fallback_count, *registered;
+    PyMemberDef *fallback_count, *registered, *poller, *fallback, *wakeup;
     PyMemberDef *runner_loop; /* LoopRunner.loop */
     /* Callback and its kinds */
     PyMemberDef *id, *fn, *enabled, *referenced, *invokable, *queued;
@@ -27,9 +27,16 @@ typedef struct {
     PyTypeObject *driver_type;                  /* AbstractDriver */
     PyTypeObject *defer_type, *delay_type, *repeat_type, *timer_type;
     PyTypeObject *stream_type, *signal_type;
-    PyObject *poll_function; /* AbstractDriver._poll: _tick skips an empty poll of it */
+    PyObject *sleep;         /* time.sleep: a poll with no fd to wait for */
     PyObject *monotonic;     /* time.monotonic, AbstractDriver._now */
-    PyTypeObject *installed[4]; /* the classes install() was given: their _now is monotonic */
+    /* The classes install() was given: their C methods run each other directly. */
+    struct {
+        PyTypeObject *type;
+        int monotonic; /* its _now is time.monotonic */
+        int io;        /* install_io() gave it IoPollDriver's _wait and _queue_ready */
+    } installed[4];
+    PyTypeObject *deque_type; /* collections.deque, and the methods of it and dict used */
+    PyObject *deque_popleft, *deque_append, *deque_extend, *dict_values;
     PyObject *letters;       /* ("a", .., "z"): the last letter of an id */
     PyObject *check_callback, *check_seconds, *superseded;
     PyObject *zero; /* 0.0 */
@@ -38,6 +45,13 @@ typedef struct {
     PyObject *s_deliver_interrupt, *s_drain, *s_tick, *s_run_microtasks;
     PyObject *s_popleft, *s_append, *s_extend, *s_pending, *s_once, *s_arg, *s_code;
     PyObject *s_co_flags, *s_seconds, *s_interval, *s_fn;
+    PyObject *s_wait, *s_context_wait, *s_queue_ready, *s_idle_wait, *s_signals_ready, *s_values;
+    /* IoPollDriver's _wait and _queue_ready (install_io()): Watcher and FdEntry slots */
+    PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
+    PyTypeObject *entry_type; /* FdEntry */
+    PyObject *wake_table;     /* _iopoll_driver._WAKE: reported Event -> READ|WRITE bits */
+    PyObject *stream_lost;    /* _iopoll_driver._StreamLost */
+    int io_made;
 } Slots;
 
 /* One set per process: the classes are iopoll.loop's, and there is one of each. */
@@ -188,19 +202,59 @@ catchable(void)
     return PyErr_ExceptionMatches(PyExc_Exception);
 }
 
-/* self._now().  The classes install() was given keep AbstractDriver's, time.monotonic, and
- * get it called directly; a subclass may have a clock of its own. */
+/* The entry of self's class among the classes install() was given, or NULL (a subclass:
+ * it may override any method, so everything goes by name). */
+static inline int
+native_index(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    for (int i = 0; i < 4 && S.installed[i].type != NULL; i++) {
+        if (S.installed[i].type == type) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* self._now(): time.monotonic called directly for a class install() was given that keeps
+ * AbstractDriver's clock; a subclass may have a clock of its own. */
 static inline PyObject *
 now(PyObject *self)
 {
-    PyTypeObject *type = Py_TYPE(self);
-    for (int i = 0; i < 4 && S.installed[i] != NULL; i++) {
-        if (S.installed[i] == type) {
-            return PyObject_Vectorcall(S.monotonic, NULL, 0, NULL);
-        }
+    int index = native_index(self);
+    if (index >= 0 && S.installed[index].monotonic) {
+        return PyObject_Vectorcall(S.monotonic, NULL, 0, NULL);
     }
     return call0(self, S.s_now);
 }
+
+/* self.<name>(arg) (arg NULL: no argument), where `function` is this module's version of
+ * that method: called directly for a class install() was given, by name otherwise. */
+static inline PyObject *
+own_method(PyObject *self, PyObject *name, PyObject *(*function)(PyObject *, PyObject *),
+           PyObject *arg)
+{
+    if (native_index(self) >= 0) {
+        return function(self, arg);
+    }
+    return arg == NULL ? call0(self, name) : call1(self, name, arg);
+}
+
+/* obj.<name>(arg) where `method` is the method descriptor of obj's usual type `type`:
+ * called without a lookup when obj is of that type exactly. */
+static inline PyObject *
+typed_call(PyObject *obj, PyTypeObject *type, PyObject *method, PyObject *name, PyObject *arg)
+{
+    if (Py_IS_TYPE(obj, type)) {
+        PyObject *args[2] = {obj, arg};
+        return PyObject_Vectorcall(method, args, arg == NULL ? 1 : 2, NULL);
+    }
+    return arg == NULL ? call0(obj, name) : call1(obj, name, arg);
+}
+
+#define DEQUE_POPLEFT(q) typed_call((q), S.deque_type, S.deque_popleft, S.s_popleft, NULL)
+#define DEQUE_APPEND(q, x) typed_call((q), S.deque_type, S.deque_append, S.s_append, (x))
+#define DEQUE_EXTEND(q, x) typed_call((q), S.deque_type, S.deque_extend, S.s_extend, (x))
 
 /* heapq.heappush and heapq.heappop on a list of heap entries (_timer_heap.c). */
 int loop_heap_push(PyObject *heap, PyObject *item);
@@ -213,5 +267,10 @@ PyObject *loop_tick(PyObject *self, PyObject *previous_idle);
 PyObject *loop_run_microtasks(PyObject *self, PyObject *ignored);
 PyObject *loop_drain(PyObject *self, PyObject *ignored);
 PyObject *loop_run(PyObject *self, PyObject *fresh);
+PyObject *loop_poll(PyObject *self, PyObject *timeout);
+
+/* IoPollDriver's methods (_iopoll_ready.c), put on it by install_io(). */
+PyObject *iopoll_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *iopoll_queue_ready(PyObject *self, PyObject *ready);
 
 #endif /* IOPOLL_LOOP_DISPATCH_H */

@@ -166,4 +166,4 @@ class IoPollDriver(PyIoPollDriver):
     __slots__ = ()
 
 
-ACCELERATED = accelerate(IoPollDriver)
+ACCELERATED = accelerate(IoPollDriver, io=(Watcher, FdEntry, _WAKE, _StreamLost))

@@ -9,6 +9,8 @@ parents keep the Python methods, which are the reference: the tests run both.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
+from typing import Any
 
 from .._native import pure_python_requested
 from ._abstract_driver import AbstractDriver
@@ -17,20 +19,28 @@ from ._suspension import LoopRunner
 __all__ = ["accelerate"]
 
 
-def accelerate(cls: type[AbstractDriver]) -> bool:  # type: ignore[type-arg]
+def accelerate(
+    cls: type[AbstractDriver],  # type: ignore[type-arg]
+    io: tuple[type, type, Mapping[Any, int], type[BaseException]] | None = None,
+) -> bool:
     """Put the C dispatch methods on ``cls``; return whether it now runs them.
 
-    Not when the extension was not built (it is optional) or ``IOPOLL_PURE_PYTHON`` is set;
-    a build whose slots do not match the classes' warns and leaves ``cls`` pure.
+    ``io``, for ``IoPollDriver``: its ``Watcher`` class, ``FdEntry``, the table of wake
+    bits and the exception that ends a wait after a lost stream; with it, ``cls`` also gets
+    the C ``_wait`` and ``_queue_ready``.  Not when the extension was not built (it is
+    optional) or ``IOPOLL_PURE_PYTHON`` is set; a build whose slots do not match the
+    classes' warns and leaves ``cls`` pure.
     """
     if pure_python_requested():
         return False
     try:
-        from ._speedups import install
+        from ._speedups import install, install_io
     except ImportError:  # built without a C compiler
         return False
     try:
         install(cls, AbstractDriver, LoopRunner)
+        if io is not None:
+            install_io(cls, *io)
     except (TypeError, AttributeError, RuntimeError) as exc:
         warnings.warn(
             f"iopoll.loop: the C dispatch could not be installed ({exc}); running pure Python",

@@ -381,6 +381,8 @@ static PyMethodDef driver_methods[] = {
      "Run the queued microtasks." C_NOTE},
     {"_drain", (PyCFunction)loop_drain, METH_NOARGS,
      "Run the microtasks, then each queued callback followed by the microtasks." C_NOTE},
+    {"_poll", (PyCFunction)loop_poll, METH_O,
+     "Wait up to ``timeout`` seconds, then queue what is ready." C_NOTE},
     {"_loop", (PyCFunction)loop_run, METH_O,
      "Run ticks until stop() or until no callback keeps the loop alive." C_NOTE},
     {NULL, NULL, 0, NULL},
@@ -449,6 +451,8 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || !(found.runner = member_of(d, "_runner"))
         || !(found.fallback_count = member_of(d, "_fallback_count"))
         || !(found.registered = member_of(d, "_registered"))
+        || !(found.poller = member_of(d, "_poller")) || !(found.fallback = member_of(d, "_fallback"))
+        || !(found.wakeup = member_of(d, "_wakeup"))
         || !(found.runner_loop = member_of(runner_type, "loop"))
         || !(found.id = member_of(t, "id")) || !(found.fn = member_of(t, "fn"))
         || !(found.enabled = member_of(t, "enabled"))
@@ -463,9 +467,8 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         goto error;
     }
     found.driver_type = (PyTypeObject *)Py_NewRef(driver_type);
-    found.poll_function = PyObject_GetAttrString((PyObject *)driver_type, "_poll");
     found.letters = PyTuple_New(26);
-    if (found.poll_function == NULL || found.letters == NULL) {
+    if (found.letters == NULL) {
         goto error;
     }
     for (int i = 0; i < 26; i++) {
@@ -476,10 +479,24 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         }
         PyTuple_SET_ITEM(found.letters, i, text);
     }
+    found.deque_type = (PyTypeObject *)import_from("collections", "deque");
+    if (found.deque_type == NULL || !PyType_Check(found.deque_type)) {
+        goto error;
+    }
+    found.deque_popleft = PyObject_GetAttrString((PyObject *)found.deque_type, "popleft");
+    found.deque_append = PyObject_GetAttrString((PyObject *)found.deque_type, "append");
+    found.deque_extend = PyObject_GetAttrString((PyObject *)found.deque_type, "extend");
+    found.dict_values = PyObject_GetAttrString((PyObject *)&PyDict_Type, "values");
+    if (!found.deque_popleft || !found.deque_append || !found.deque_extend
+        || !found.dict_values) {
+        goto error;
+    }
     found.monotonic = import_from("time", "monotonic");
+    found.sleep = import_from("time", "sleep");
     found.superseded = import_from("iopoll.loop._suspension", "Superseded");
     found.zero = PyFloat_FromDouble(0.0);
-    if (found.monotonic == NULL || found.superseded == NULL || found.zero == NULL) {
+    if (found.monotonic == NULL || found.sleep == NULL || found.superseded == NULL
+        || found.zero == NULL) {
         goto error;
     }
     struct {
@@ -511,6 +528,12 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         {&found.s_seconds, "seconds"},
         {&found.s_interval, "interval"},
         {&found.s_fn, "fn"},
+        {&found.s_wait, "_wait"},
+        {&found.s_context_wait, "wait"},
+        {&found.s_queue_ready, "_queue_ready"},
+        {&found.s_idle_wait, "_idle_wait"},
+        {&found.s_signals_ready, "_signals_ready"},
+        {&found.s_values, "values"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -563,13 +586,73 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     }
     int monotonic = clock == S.monotonic;
     Py_DECREF(clock);
-    for (int i = 0; monotonic && i < 4; i++) {
-        if (S.installed[i] == cls) {
+    for (int i = 0; i < 4; i++) {
+        if (S.installed[i].type == cls) {
             break;
         }
-        if (S.installed[i] == NULL) {
-            S.installed[i] = (PyTypeObject *)Py_NewRef(cls);
+        if (S.installed[i].type == NULL) {
+            S.installed[i].type = (PyTypeObject *)Py_NewRef(cls);
+            S.installed[i].monotonic = monotonic;
             break;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef iopoll_methods[] = {
+    {"_wait", (PyCFunction)(void (*)(void))iopoll_wait, METH_FASTCALL,
+     "Wait on ``poller`` up to ``timeout`` seconds; what is ready." C_NOTE},
+    {"_queue_ready", (PyCFunction)iopoll_queue_ready, METH_O,
+     "Queue the callbacks the ready watchers wake." C_NOTE},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1])
+        || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "install_io(cls, watcher_type, fd_entry_type, "
+                                         "wake_table, stream_lost) takes three classes, "
+                                         "a mapping and an exception class");
+        return NULL;
+    }
+    if (!S_made || !PyType_IsSubtype((PyTypeObject *)args[0], S.driver_type)) {
+        PyErr_SetString(PyExc_RuntimeError, "install_io() needs a class install() was given");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    if (!S.io_made) {
+        PyTypeObject *watcher_type = (PyTypeObject *)args[1];
+        PyTypeObject *entry_type = (PyTypeObject *)args[2];
+        if (!PyExceptionClass_Check(args[4])) {
+            PyErr_SetString(PyExc_TypeError, "stream_lost must be an exception class");
+            return NULL;
+        }
+        PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
+        if (!(w_data = member_of(watcher_type, "_data"))
+            || !(w_triggered = member_of(watcher_type, "_triggered"))
+            || !(e_readers = member_of(entry_type, "readers"))
+            || !(e_writers = member_of(entry_type, "writers"))) {
+            return NULL;
+        }
+        S.w_data = w_data;
+        S.w_triggered = w_triggered;
+        S.e_readers = e_readers;
+        S.e_writers = e_writers;
+        S.entry_type = (PyTypeObject *)Py_NewRef(entry_type);
+        S.wake_table = Py_NewRef(args[3]);
+        S.stream_lost = Py_NewRef(args[4]);
+        S.io_made = 1;
+    }
+    for (PyMethodDef *def = iopoll_methods; def->ml_name != NULL; def++) {
+        if (set_attribute(cls, PyDescr_NewMethod(cls, def)) < 0) {
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        if (S.installed[i].type == cls) {
+            S.installed[i].io = 1;
         }
     }
     Py_RETURN_NONE;
@@ -598,6 +681,9 @@ static PyMethodDef module_methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
      "install(cls, abstract_driver, loop_runner)\n--\n\n"
      "Put the C dispatch methods on ``cls``, a subclass of ``abstract_driver``."},
+    {"install_io", (PyCFunction)(void (*)(void))install_io, METH_FASTCALL,
+     "install_io(cls, watcher_type, fd_entry_type, wake_table, stream_lost)\n--\n\n"
+     "Put IoPollDriver's C ``_wait`` and ``_queue_ready`` on ``cls``."},
     {"method_names", (PyCFunction)method_names, METH_NOARGS,
      "method_names()\n--\n\nThe names of the methods ``install()`` puts on a class."},
     {NULL, NULL, 0, NULL},

@@ -1,0 +1,113 @@
+/* IoPollDriver's _wait and _queue_ready in C (src/iopoll/loop/_iopoll_driver.py is the
+ * reference): the Context's wait(), then each returned watcher's fd entry and the callbacks
+ * its report wakes, into the tick's run queue.  install_io() (_speedups.c) puts them on
+ * IoPollDriver; the C _poll calls them by name, as the Python one does. */
+
+#include "_dispatch.h"
+
+/* READ and WRITE, the bits _WAKE maps a reported Event to (_callbacks.py). */
+#define WAKE_READ 1
+#define WAKE_WRITE 2
+
+/* IoPollDriver._wait(poller, timeout): poller.wait(timeout), or [] when a lost stream's
+ * report (on_watcher_removed raising _StreamLost) ended the wait. */
+PyObject *
+iopoll_wait(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "_wait() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *ready = call1(args[0], S.s_context_wait, args[1]);
+    if (ready == NULL && PyErr_ExceptionMatches(S.stream_lost)) {
+        PyErr_Clear();
+        return PyList_New(0);
+    }
+    return ready;
+}
+
+/* queue.extend(callbacks.values()) when the dict is not empty. */
+static int
+extend_with(PyObject *queue, PyObject *callbacks)
+{
+    int any = PyObject_IsTrue(callbacks);
+    if (any <= 0) {
+        return any;
+    }
+    PyObject *values = typed_call(callbacks, &PyDict_Type, S.dict_values, S.s_values, NULL);
+    if (values == NULL) {
+        return -1;
+    }
+    PyObject *done = DEQUE_EXTEND(queue, values);
+    Py_DECREF(values);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* One watcher of IoPollDriver._queue_ready's loop. */
+static int
+queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
+{
+    PyObject *entry = peek(watcher, S.w_data);
+    if (entry == NULL) {
+        return -1;
+    }
+    if (entry == wakeup) {
+        PyObject *done = call1(self, S.s_signals_ready, watcher);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    PyObject *triggered = peek(watcher, S.w_triggered);
+    if (triggered == NULL) {
+        return -1;
+    }
+    PyObject *bits = PyObject_GetItem(S.wake_table, triggered);
+    if (bits == NULL) {
+        return -1;
+    }
+    long wake = PyLong_AsLong(bits);
+    Py_DECREF(bits);
+    if (wake == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    Py_INCREF(entry);
+    int failed = 0;
+    int slots = Py_IS_TYPE(entry, S.entry_type);
+    if (wake & WAKE_READ) {
+        PyObject *readers = slots ? Py_XNewRef(peek(entry, S.e_readers))
+                                  : PyObject_GetAttrString(entry, "readers");
+        failed = readers == NULL || extend_with(queue, readers) < 0;
+        Py_XDECREF(readers);
+    }
+    if (!failed && wake & WAKE_WRITE) {
+        PyObject *writers = slots ? Py_XNewRef(peek(entry, S.e_writers))
+                                  : PyObject_GetAttrString(entry, "writers");
+        failed = writers == NULL || extend_with(queue, writers) < 0;
+        Py_XDECREF(writers);
+    }
+    Py_DECREF(entry);
+    return failed ? -1 : 0;
+}
+
+/* IoPollDriver._queue_ready(ready): queue the callbacks each ready watcher wakes. */
+PyObject *
+iopoll_queue_ready(PyObject *self, PyObject *ready)
+{
+    PyObject *queue = Py_XNewRef(peek(self, S.queue));
+    PyObject *wakeup = Py_XNewRef(peek(self, S.wakeup));
+    PyObject *iterator = queue == NULL || wakeup == NULL ? NULL : PyObject_GetIter(ready);
+    PyObject *watcher;
+    int failed = iterator == NULL;
+    while (!failed && (watcher = PyIter_Next(iterator)) != NULL) {
+        failed = queue_one(self, queue, wakeup, watcher) < 0;
+        Py_DECREF(watcher);
+    }
+    failed = failed || PyErr_Occurred() != NULL;
+    Py_XDECREF(iterator);
+    Py_XDECREF(queue);
+    Py_XDECREF(wakeup);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
