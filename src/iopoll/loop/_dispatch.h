@@ -50,6 +50,7 @@ typedef struct {
     PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
     PyTypeObject *entry_type; /* FdEntry */
     PyObject *wake_table;     /* _iopoll_driver._WAKE: reported Event -> READ|WRITE bits */
+    int wake_is_dict;         /* a dict whose __getitem__ is dict's (its __missing__ aside) */
     PyObject *stream_lost;    /* _iopoll_driver._StreamLost */
     int io_made;
 } Slots;

@@ -26,7 +26,8 @@ iopoll_wait(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
     return ready;
 }
 
-/* queue.extend(callbacks.values()) when the dict is not empty. */
+/* queue.extend(callbacks.values()) when the dict is not empty: for a plain dict, each
+ * value appended in the dict's order, which is what extend() does without the view. */
 static int
 extend_with(PyObject *queue, PyObject *callbacks)
 {
@@ -34,11 +35,25 @@ extend_with(PyObject *queue, PyObject *callbacks)
     if (any <= 0) {
         return any;
     }
-    PyObject *values = typed_call(callbacks, &PyDict_Type, S.dict_values, S.s_values, NULL);
+    PyObject *done;
+    if (PyDict_CheckExact(callbacks) && Py_IS_TYPE(queue, S.deque_type)) {
+        Py_INCREF(callbacks);
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        int failed = 0;
+        while (!failed && PyDict_Next(callbacks, &position, &key, &value)) {
+            done = DEQUE_APPEND(queue, value); /* runs no Python code: the dict holds */
+            failed = done == NULL;
+            Py_XDECREF(done);
+        }
+        Py_DECREF(callbacks);
+        return failed ? -1 : 0;
+    }
+    PyObject *values = call0(callbacks, S.s_values);
     if (values == NULL) {
         return -1;
     }
-    PyObject *done = DEQUE_EXTEND(queue, values);
+    done = DEQUE_EXTEND(queue, values);
     Py_DECREF(values);
     Py_XDECREF(done);
     return done == NULL ? -1 : 0;
@@ -61,8 +76,11 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
     if (triggered == NULL) {
         return -1;
     }
-    PyObject *bits = PyObject_GetItem(S.wake_table, triggered);
-    if (bits == NULL) {
+    /* _WAKE[triggered]: a dict lookup, and the table's __missing__ on a new Event. */
+    PyObject *bits = S.wake_is_dict ? Py_XNewRef(PyDict_GetItemWithError(S.wake_table, triggered))
+                                    : NULL;
+    if (bits == NULL && (PyErr_Occurred() || (bits = PyObject_GetItem(S.wake_table, triggered))
+                                                 == NULL)) {
         return -1;
     }
     long wake = PyLong_AsLong(bits);

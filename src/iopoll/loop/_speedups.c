@@ -642,6 +642,16 @@ install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         S.e_writers = e_writers;
         S.entry_type = (PyTypeObject *)Py_NewRef(entry_type);
         S.wake_table = Py_NewRef(args[3]);
+        if (PyDict_Check(args[3])) {
+            PyObject *getitem = PyObject_GetAttrString((PyObject *)Py_TYPE(args[3]), "__getitem__");
+            PyObject *plain = PyObject_GetAttrString((PyObject *)&PyDict_Type, "__getitem__");
+            S.wake_is_dict = getitem != NULL && getitem == plain;
+            Py_XDECREF(getitem);
+            Py_XDECREF(plain);
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+        }
         S.stream_lost = Py_NewRef(args[4]);
         S.io_made = 1;
     }
