@@ -542,6 +542,11 @@ def test_the_c_methods_are_on_the_public_classes_only() -> None:
         assert type(vars(SelectorsDriver)[name]).__name__ == "method_descriptor", name
         owner = next(c for c in PyIoPollDriver.__mro__ if name in vars(c))
         assert type(vars(owner)[name]).__name__ == "function", name
+    # IoPollDriver's own hooks of the poll, and not SelectorsDriver's.
+    for name in ("_wait", "_queue_ready"):
+        assert type(vars(IoPollDriver)[name]).__name__ == "method_descriptor", name
+        assert name not in vars(SelectorsDriver), name
+        assert type(vars(PyIoPollDriver)[name]).__name__ == "function", name
 
 
 @needs_c
