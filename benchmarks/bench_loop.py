@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_loop            # 100,000 ops per row (round trips: 20,000)
     python -m benchmarks.bench_loop --quick    # 10x fewer
+    python -m benchmarks.bench_loop --instructions   # callgrind: instructions per operation
 
 Rows (ext-eventloop's benchmark, plus PR #128's round trips):
 * defer: N defer() then one run()                   | asyncio: call_soon
@@ -19,14 +20,24 @@ Columns: ``IoPollDriver`` (its dispatch in C when ``iopoll.loop._speedups`` was 
 same driver in pure Python (``PyIoPollDriver``, the reference), ``SelectorsDriver``, asyncio
 and uvloop.  uvloop runs ``call_later(0)`` as ``call_soon`` (no timer), which is why its
 delay(0) row is its defer row; asyncio's goes through its timer heap, as ours does.
+
+Wall-clock rates on a shared machine drift; ``--instructions`` counts, with valgrind's
+callgrind, the instructions one operation costs each column (a run of 6,000 operations less
+one of 1,000, each in a fresh process, so that start-up cancels out), which come back the
+same on every run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
+import os
+import re
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -270,6 +281,83 @@ def aio_round_trips(make: Callable[[], asyncio.AbstractEventLoop], n: int, idle:
         return timed(body, n)
 
 
+# -- instructions (--instructions) -------------------------------------------------------------
+
+# Row -> (the driver function, the asyncio function), each run as f(make, n).
+INSTRUCTION_ROWS: dict[str, tuple[Callable[[Any, int], float], Callable[[Any, int], float]]] = {
+    "defer": (lambda m, n: loop_burst(m, n, None), lambda m, n: aio_burst(m, n, False)),
+    "delay(0)": (lambda m, n: loop_burst(m, n, 0), lambda m, n: aio_burst(m, n, True)),
+    "repeat(0)": (loop_repeat, aio_repeat),
+    "I/O register+cancel": (loop_register, aio_register),
+    "suspend/resume": (loop_suspend, aio_suspend),
+    "round trips, 0 idle": (
+        lambda m, n: loop_round_trips(m, n, 0),
+        lambda m, n: aio_round_trips(m, n, 0),
+    ),
+}
+
+
+def _columns() -> dict[str, tuple[Callable[[], Any], bool]]:
+    """Column -> (its factory, whether it is an asyncio loop)."""
+    columns: dict[str, tuple[Callable[[], Any], bool]] = {
+        "IoPollDriver": (IoPollDriver, False),
+        "pure Python": (PyIoPollDriver, False),
+        "asyncio": (asyncio.new_event_loop, True),
+    }
+    if uvloop is not None:
+        columns["uvloop"] = (uvloop.new_event_loop, True)
+    return columns
+
+
+def _child(row: str, column: str, n: int) -> None:
+    """Run ``n`` operations of one cell (``--instructions``, in a callgrind child)."""
+    make, is_asyncio = _columns()[column]
+    ours, theirs = INSTRUCTION_ROWS[row]
+    (theirs if is_asyncio else ours)(make, n)
+
+
+def _instructions_of(row: str, column: str, n: int) -> int:
+    """Instructions ``n`` operations of one cell cost, in a callgrind child."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         "-m", "benchmarks.bench_loop", "--child", row, column, str(n)],
+        capture_output=True, text=True, timeout=900, check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode or found is None:
+        raise RuntimeError(f"callgrind failed for {row} / {column}: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def count_instructions(short: int = 1000, long: int = 6000) -> str:
+    """The table of instructions per operation: (long run - short run) / difference."""
+    columns = list(_columns())
+    jobs = {
+        (row, column, n): None
+        for row in INSTRUCTION_ROWS
+        for column in columns
+        for n in (short, long)
+    }
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        futures = {key: pool.submit(_instructions_of, *key) for key in jobs}
+        counts = {key: future.result() for key, future in futures.items()}
+    lines = [
+        "| row | " + " | ".join(columns) + " | IoPollDriver vs pure | uvloop / IoPollDriver |",
+        "|---|" + "---:|" * (len(columns) + 2),
+    ]
+    for row in INSTRUCTION_ROWS:
+        per = {
+            column: (counts[row, column, long] - counts[row, column, short]) / (long - short)
+            for column in columns
+        }
+        cells = [f"{per[column]:,.0f}" for column in columns]
+        cells.append(f"{per['pure Python'] / per['IoPollDriver']:.2f}x fewer")
+        cells.append(f"{per['uvloop'] / per['IoPollDriver']:.2f}" if "uvloop" in per else "n/a")
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # -- the table -----------------------------------------------------------------------------------
 
 
@@ -278,7 +366,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10x fewer operations")
     parser.add_argument("-n", type=int, default=None, help="operations per row")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per cell")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per operation with valgrind instead of timing",
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        row, column, count = args.child
+        _child(row, column, int(count))
+        return 0
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
+        print(
+            f"Python {sys.version.split()[0]}, instructions per operation (callgrind), "
+            f"IoPollDriver's dispatch in {'C' if ACCELERATED else 'pure Python'}"
+        )
+        print(count_instructions())
+        return 0
     n = args.n or (10_000 if args.quick else 100_000)
     trips = max(n // 5, 1000)
 

@@ -27,3 +27,20 @@ def test_bench_loop_prints_every_row_and_the_target_line() -> None:
         assert f"round trips, {idle} idle" in out
     assert "Target IoPollDriver >= 3x pure Python on defer, delay(0), repeat(0): " in out
     assert "IoPollDriver's dispatch in " in out
+
+
+def test_bench_loop_child_runs_every_cell_of_the_instruction_table() -> None:
+    """``--instructions`` runs each cell as ``--child ROW COLUMN N`` under callgrind; every
+    cell must run on its own (without valgrind here: that takes minutes)."""
+    from benchmarks.bench_loop import INSTRUCTION_ROWS, _columns
+
+    for row in INSTRUCTION_ROWS:
+        for column in _columns():
+            result = subprocess.run(
+                [sys.executable, "-m", "benchmarks.bench_loop", "--child", row, column, "50"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert result.returncode == 0, (row, column, result.stderr)

@@ -6,6 +6,7 @@ import os
 import select
 import sys
 import warnings
+from collections.abc import Callable
 
 from _iopoll_core.backend import BackendBase
 from _iopoll_core.context import Context as _EngineContext
@@ -13,7 +14,14 @@ from _iopoll_core.mechanism import Mechanism
 from _iopoll_core.select_mechanism import SelectMechanism
 from _iopoll_core.watcher import Watcher as _EngineWatcher
 
-__all__ = ["ACCELERATED", "Backend", "Context", "Watcher", "pure_python_requested"]
+__all__ = [
+    "ACCELERATED",
+    "Backend",
+    "Context",
+    "Watcher",
+    "install_accelerator",
+    "pure_python_requested",
+]
 
 
 class Backend(BackendBase):
@@ -99,31 +107,37 @@ def pure_python_requested() -> bool:
     return os.environ.get("IOPOLL_PURE_PYTHON", "") not in ("", "0")
 
 
-def _accelerate() -> bool:
-    """Put the C ``wait()`` fast path and ``Watcher.data`` getter on iopoll's classes.
+def install_accelerator(what: str, install: Callable[[], object]) -> bool:
+    """Run ``install()``, which imports a C accelerator and puts it on its classes; return
+    whether the C code is now in use.
 
-    Only when the extension was built (it is optional), and not with
-    ``IOPOLL_PURE_PYTHON`` set to anything but empty or ``0``.  The pure-Python code stays
-    the reference, and the polyfill always runs it.  Returns whether the C code is in use.
+    Not with ``IOPOLL_PURE_PYTHON`` set, nor when the extension was not built (it is
+    optional: the import fails).  When the classes' slots are not what the C code reads (a
+    CPython whose descriptors changed, or a mismatched build), warn that ``what`` could not
+    be installed and run the reference.
     """
     if pure_python_requested():
         return False
     try:
-        from . import _speedups
+        install()
     except ImportError:  # built without a C compiler
         return False
-    try:
-        _speedups.install(Context, Watcher)
     except (TypeError, AttributeError, RuntimeError) as exc:
-        # The classes' slots are not what the C code reads (a CPython whose descriptors
-        # changed, or a mismatched build): run the reference, and say so.
         warnings.warn(
-            f"iopoll: the C accelerator could not be installed ({exc}); running pure Python",
+            f"{what} could not be installed ({exc}); running pure Python",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return False
     return True
 
 
-ACCELERATED = _accelerate()
+def _install_speedups() -> None:
+    """The C ``wait()`` fast path on ``Context``, the C ``data`` getter on ``Watcher``.  The
+    pure-Python code stays the reference, and the polyfill always runs it."""
+    from . import _speedups
+
+    _speedups.install(Context, Watcher)
+
+
+ACCELERATED = install_accelerator("iopoll: the C accelerator", _install_speedups)

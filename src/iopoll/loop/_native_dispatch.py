@@ -8,11 +8,10 @@ parents keep the Python methods, which are the reference: the tests run both.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .._native import pure_python_requested
+from .._native import install_accelerator
 from ._abstract_driver import AbstractDriver
 from ._suspension import LoopRunner
 
@@ -31,21 +30,12 @@ def accelerate(
     optional) or ``IOPOLL_PURE_PYTHON`` is set; a build whose slots do not match the
     classes' warns and leaves ``cls`` pure.
     """
-    if pure_python_requested():
-        return False
-    try:
+
+    def install_dispatch() -> None:
         from ._speedups import install, install_io
-    except ImportError:  # built without a C compiler
-        return False
-    try:
+
         install(cls, AbstractDriver, LoopRunner)
         if io is not None:
             install_io(cls, *io)
-    except (TypeError, AttributeError, RuntimeError) as exc:
-        warnings.warn(
-            f"iopoll.loop: the C dispatch could not be installed ({exc}); running pure Python",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return False
-    return True
+
+    return install_accelerator("iopoll.loop: the C dispatch", install_dispatch)

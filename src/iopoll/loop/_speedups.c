@@ -139,22 +139,40 @@ refuse_unless_callback(PyObject *fn)
     return 0;
 }
 
-/* defer()'s check: `fn.__code__.co_flags & _CO_ASYNC`, the general check when that fails. */
+/* fn.__code__: 1 with a new reference in *code, 0 when fn has none, -1 on another error. */
+static int
+code_of(PyObject *fn, PyObject **code)
+{
+    if (PyFunction_Check(fn)) {
+        *code = Py_NewRef(PyFunction_GET_CODE(fn));
+        return 1;
+    }
+    if ((*code = PyObject_GetAttr(fn, S.s_code)) != NULL) {
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return -1;
+    }
+    PyErr_Clear();
+    return 0;
+}
+
+/* defer()'s check: `fn.__code__.co_flags & _CO_ASYNC` refused by the general check, which
+ * also runs when either attribute is missing. */
 static int
 check_deferred(PyObject *fn)
 {
-    if (PyFunction_Check(fn)) {
-        PyCodeObject *code = (PyCodeObject *)PyFunction_GET_CODE(fn);
-        return code->co_flags & CO_ASYNC ? refuse_unless_callback(fn) : 0;
+    PyObject *code;
+    int found = code_of(fn, &code);
+    if (found <= 0) {
+        return found < 0 ? -1 : refuse_unless_callback(fn);
     }
-    PyObject *code = PyObject_GetAttr(fn, S.s_code);
-    if (code == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return -1;
-        }
-        PyErr_Clear();
-        return refuse_unless_callback(fn);
+    if (PyCode_Check(code)) {
+        int async = ((PyCodeObject *)code)->co_flags & CO_ASYNC;
+        Py_DECREF(code);
+        return async ? refuse_unless_callback(fn) : 0;
     }
+    /* Not a code object: its co_flags, whatever it is, as Python reads it. */
     PyObject *flags = PyObject_GetAttr(code, S.s_co_flags);
     Py_DECREF(code);
     if (flags == NULL) {
@@ -168,36 +186,25 @@ check_deferred(PyObject *fn)
     PyObject *async = mask == NULL ? NULL : PyNumber_And(flags, mask);
     Py_DECREF(flags);
     Py_XDECREF(mask);
-    if (async == NULL) {
-        return -1;
-    }
-    int set = PyObject_IsTrue(async);
-    Py_DECREF(async);
-    if (set < 0) {
-        return -1;
-    }
-    return set ? refuse_unless_callback(fn) : 0;
+    int set = async == NULL ? -1 : PyObject_IsTrue(async);
+    Py_XDECREF(async);
+    return set <= 0 ? set : refuse_unless_callback(fn);
 }
 
-/* delay()'s check: `type(code) is not CodeType or code.co_flags & _CO_ASYNC`, where code is
- * `getattr(fn, "__code__", None)`. */
+/* delay()'s check: `type(code) is not CodeType or code.co_flags & _CO_ASYNC` refused by the
+ * general check, where code is `getattr(fn, "__code__", None)`. */
 static int
 check_timed(PyObject *fn)
 {
-    if (PyFunction_Check(fn)) {
-        PyCodeObject *code = (PyCodeObject *)PyFunction_GET_CODE(fn);
-        return code->co_flags & CO_ASYNC ? refuse_unless_callback(fn) : 0;
+    PyObject *code;
+    int found = code_of(fn, &code);
+    if (found < 0) {
+        return -1;
     }
-    PyObject *code = PyObject_GetAttr(fn, S.s_code);
-    if (code == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return -1;
-        }
-        PyErr_Clear();
-        return refuse_unless_callback(fn);
+    int plain = found && PyCode_Check(code) && !(((PyCodeObject *)code)->co_flags & CO_ASYNC);
+    if (found) {
+        Py_DECREF(code);
     }
-    int plain = PyCode_Check(code) && !(((PyCodeObject *)code)->co_flags & CO_ASYNC);
-    Py_DECREF(code);
     return plain ? 0 : refuse_unless_callback(fn);
 }
 
