@@ -160,7 +160,7 @@ class IoPollDriver(PyIoPollDriver):
     ``SignalHandle`` watchers where the backend supports them.  A stream closed before its
     callbacks were cancelled has them cancelled and reported to the error path as
     ``InvalidCallbackError``.  Its dispatch runs in C when ``iopoll.loop._speedups`` was
-    built (``iopoll.loop.ACCELERATED``).
+    built (``iopoll.loop._iopoll_driver.ACCELERATED`` says whether it does).
     """
 
     __slots__ = ()
