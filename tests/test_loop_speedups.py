@@ -358,6 +358,10 @@ def test_keyword_arguments_and_bad_calls(cls: type) -> Any:
         lambda: d.delay(0.1, coroutine_function),
         lambda: d.repeat(0.1, 42),
         lambda: d.repeat(-0.5, lambda cid: None),
+        lambda: d.delay(-1, lambda cid: None),
+        lambda: d.delay(-(10**400), lambda cid: None),
+        lambda: d.repeat(-2, lambda cid: None),
+        lambda: d.repeat(1, coroutine_function),
     ):
         with pytest.raises((TypeError, ValueError)) as info:
             call()
@@ -387,10 +391,15 @@ def test_a_delay_of_a_huge_int_or_a_fraction(cls: type) -> Any:
     d.delay(Fraction(1, 1000), lambda cid: seen.append("fraction"))
     d.delay(1, lambda cid: seen.append("int"))
     d.repeat(10**400, lambda cid: seen.append("never"))
+    d.delay(2**1100, lambda cid: seen.append("never"))  # an int beyond a float: never
+    d.delay(2**60 + 1, lambda cid: seen.append("never"))  # rounded as float() rounds it
+    d.unreference(d.get_identifiers()[4])
+    d.unreference(d.get_identifiers()[5])
     d.unreference(d.get_identifiers()[0])
     d.unreference(d.get_identifiers()[3])
     d.run()
-    return seen, [e[0] for e in d._timers]
+    intervals = [d._callbacks[i].interval for i in d.get_identifiers()]
+    return seen, [e[0] for e in d._timers], intervals
 
 
 @both

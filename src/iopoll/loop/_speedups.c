@@ -307,9 +307,33 @@ error:
     return NULL;
 }
 
+/* check_seconds(value, name): a new reference to a float.  A float >= 0 is itself, an int
+ * >= 0 its float (infinity when too big for one), as the Python check makes them; any other
+ * value goes to that check, which raises what it must. */
 static PyObject *
 checked_seconds(PyObject *value, const char *name)
 {
+    if (PyFloat_CheckExact(value) && PyFloat_AS_DOUBLE(value) >= 0) {
+        return Py_NewRef(value);
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long small = PyLong_AsLongAndOverflow(value, &overflow);
+        if (overflow > 0 || (!overflow && small >= 0)) {
+            double seconds = PyLong_AsDouble(value);
+            if (seconds == -1.0 && PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                    return NULL;
+                }
+                PyErr_Clear(); /* as good as never */
+                seconds = Py_HUGE_VAL;
+            }
+            return PyFloat_FromDouble(seconds);
+        }
+        if (small == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
     PyObject *label = PyUnicode_FromString(name);
     if (label == NULL) {
         return NULL;
@@ -332,13 +356,7 @@ delay(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
     else if (parse_args("delay", args, nargs, kwnames, names, 2, given) < 0) {
         return NULL;
     }
-    PyObject *seconds = given[0], *fn = given[1];
-    if (!PyFloat_CheckExact(seconds) || !(PyFloat_AS_DOUBLE(seconds) >= 0)) {
-        seconds = checked_seconds(seconds, "seconds");
-    }
-    else {
-        Py_INCREF(seconds);
-    }
+    PyObject *fn = given[1], *seconds = checked_seconds(given[0], "seconds");
     if (seconds == NULL) {
         return NULL;
     }
@@ -359,9 +377,10 @@ repeat(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
     if (interval == NULL) {
         return NULL;
     }
-    PyObject *result = refuse_unless_callback(given[1]) < 0
-                           ? NULL
-                           : add_timer(self, interval, given[1], S.repeat_type);
+    /* check_callback(fn); check_timed() comes to the same answer, faster for a function. */
+    PyObject *result = check_timed(given[1]) < 0 ? NULL
+                                                 : add_timer(self, interval, given[1],
+                                                             S.repeat_type);
     Py_DECREF(interval);
     return result;
 }
