@@ -34,10 +34,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import re
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +42,8 @@ from typing import Any
 
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
 from iopoll.loop._iopoll_driver import ACCELERATED, PyIoPollDriver
+
+from . import callgrind
 
 try:
     import uvloop
@@ -318,16 +317,7 @@ def _child(row: str, column: str, n: int) -> None:
 
 def _instructions_of(row: str, column: str, n: int) -> int:
     """Instructions ``n`` operations of one cell cost, in a callgrind child."""
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-m", "benchmarks.bench_loop", "--child", row, column, str(n)],
-        capture_output=True, text=True, timeout=900, check=False,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if done.returncode or found is None:
-        raise RuntimeError(f"callgrind failed for {row} / {column}: {done.stderr[-500:]}")
-    return int(found.group(1))
+    return callgrind.instructions_of("bench_loop", row, column, str(n))
 
 
 def count_instructions(short: int = 1000, long: int = 6000) -> str:
@@ -378,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         _child(row, column, int(count))
         return 0
     if args.instructions:
-        if shutil.which("valgrind") is None:
+        if not callgrind.available():
             parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
         print(
             f"Python {sys.version.split()[0]}, instructions per operation (callgrind), "

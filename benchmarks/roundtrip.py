@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import re
 import select
 import selectors
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +34,11 @@ from dataclasses import dataclass, field
 
 import iopoll
 import iopoll_polyfill.fallback as polyfill
+
+try:
+    from . import callgrind
+except ImportError:  # run as a script (python benchmarks/roundtrip.py): its folder is on the path
+    import callgrind  # type: ignore[no-redef]
 
 try:
     import resource
@@ -518,16 +519,7 @@ def _child(title: str, n: int, count: int) -> None:
 
 def _instructions_of(title: str, n: int, count: int) -> int:
     """Instructions ``count`` round trips of one column cost, in a callgrind child."""
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-m", "benchmarks.roundtrip", "--child", title, str(n), str(count)],
-        capture_output=True, text=True, timeout=600, check=False,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if done.returncode or found is None:
-        raise RuntimeError(f"callgrind failed for {title}: {done.stderr[-500:]}")
-    return int(found.group(1))
+    return callgrind.instructions_of("roundtrip", title, str(n), str(count), timeout=600)
 
 
 def _refusals(n: int) -> dict[str, str]:
@@ -612,7 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _child(args.child[0], int(args.child[1]), int(args.child[2]))
         return 0
     if args.instructions:
-        if shutil.which("valgrind") is None:
+        if not callgrind.available():
             parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
         count = args.round_trips or 2_000
         ns = args.n if args.n is not None else QUICK_NS
