@@ -31,19 +31,25 @@ fetch_exception(void)
 #endif
 }
 
+/* Borrowed reference, or NULL with AttributeError when the slot was never set.  What
+ * PyMember_GetOne does for the Py_T_OBJECT_EX members install() accepts, without its switch
+ * over member types: the fast paths read a dozen slots per call. */
 static inline PyObject *
-get_slot(PyObject *obj, PyMemberDef *member)
+peek(PyObject *obj, PyMemberDef *member)
 {
-    /* New reference, or NULL with AttributeError when the slot was never set.  What
-     * PyMember_GetOne does for the Py_T_OBJECT_EX members install() accepts, without its
-     * switch over member types: the fast path reads a dozen slots per wait(). */
     PyObject *value = *(PyObject **)((char *)obj + member->offset);
     if (value == NULL) {
         PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
                      Py_TYPE(obj)->tp_name, member->name);
-        return NULL;
     }
-    return Py_NewRef(value);
+    return value;
+}
+
+/* peek(), as a new reference. */
+static inline PyObject *
+get_slot(PyObject *obj, PyMemberDef *member)
+{
+    return Py_XNewRef(peek(obj, member));
 }
 
 /* self.name(*args) for up to three arguments: a method call, as the interpreter makes it. */

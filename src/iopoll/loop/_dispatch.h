@@ -63,18 +63,6 @@ extern Slots S;
 
 /* -- slots ------------------------------------------------------------------------------ */
 
-/* Borrowed reference, or NULL with AttributeError (a slot never set). */
-static inline PyObject *
-peek(PyObject *obj, PyMemberDef *member)
-{
-    PyObject *value = *(PyObject **)((char *)obj + member->offset);
-    if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
-                     Py_TYPE(obj)->tp_name, member->name);
-    }
-    return value;
-}
-
 /* obj.<member> = value (a new reference is taken). */
 static inline void
 put(PyObject *obj, PyMemberDef *member, PyObject *value)
