@@ -1,0 +1,413 @@
+"""HTTP "hello" under wrk: iopoll.loop, asyncio Protocols and uvicorn, 1 and N processes.
+
+    python -m benchmarks.bench_http [--duration 3] [--rounds 3] [--connections 200]
+                                    [--workers N] [--servers NAME ...] [--plot DIR] [--check]
+
+Workerman's table, for Python: a keep-alive HTTP/1.1 responder that answers every request
+with "Hello, World!", loaded by ``wrk -t2 -c200`` on loopback, one server process and then
+N (``--workers``, default the core count), each of the N with its own ``SO_REUSEPORT``
+listener.  The servers (rows):
+
+- ``examples/http_hello.py`` on ``iopoll.loop``: ``IoPollDriver`` on the native backend,
+  the same driver on the polyfill's ``SELECT``, and ``SelectorsDriver``;
+- the same responder (its ``HelloRequests``, httptools underneath) as an
+  ``asyncio.Protocol`` on stock asyncio, ``iopoll.aio`` and uvloop
+  (``benchmarks/http_servers.py``);
+- uvicorn (httptools parser, no access log) with a three-line ASGI app on the same three loops.
+
+Every server is started and stopped by the benchmark.  Each round loads every server once,
+in an order rotated from round to round, for ``--duration`` seconds, after one warm-up
+second each.  Two figures per cell: requests/s as wrk counts them, and the server's CPU
+time per request, read from ``/proc/PID/stat`` of every worker before and after the load.
+wrk runs on the same cores as the servers, so requests/s depends on how the scheduler
+shares them out; CPU per request does much less, and is the figure to compare.  Cells
+show the median over the rounds and the lowest-highest range; the target lines compare
+paired ratios (the two servers' figures in the same round), median over the rounds.
+
+The listeners are made by ``http_hello.listener()``: ``IPPROTO_TCP`` spelled out and
+``TCP_NODELAY`` set on the listener.  uvicorn's own multi-worker mode makes its socket
+with protocol 0, and asyncio turns Nagle's algorithm off only on sockets whose ``proto``
+says TCP (uvicorn issue 3149): with its own listener every server runs with Nagle off.
+
+wrk comes from the system's packages (Debian/Ubuntu: ``apt install wrk``; macOS:
+``brew install wrk``); httptools, uvicorn and uvloop from the ``bench`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks import plotting
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "http_hello.py"
+
+
+@dataclass(frozen=True)
+class Server:
+    """One row: how to start the server, and what it needs installed."""
+
+    name: str  # for --servers
+    title: str
+    argv: tuple[str, ...]  # after ``python``; --port and --workers are appended
+    needs: tuple[str, ...] = ()
+
+
+def _servers() -> tuple[Server, ...]:
+    import iopoll
+
+    native = iopoll.Backend.AUTO.resolve().name
+    proto = ("-m", "benchmarks.http_servers", "protocol", "--loop")
+    uvi = ("-m", "benchmarks.http_servers", "uvicorn", "--loop")
+    return (
+        Server("loop", f"iopoll.loop IoPollDriver ({native})",
+               (str(EXAMPLE), "--driver", "native"), ("httptools",)),
+        Server("loop-select", "iopoll.loop IoPollDriver (SELECT)",
+               (str(EXAMPLE), "--driver", "select"), ("httptools",)),
+        Server("loop-selectors", "iopoll.loop SelectorsDriver",
+               (str(EXAMPLE), "--driver", "selectors"), ("httptools",)),
+        Server("protocol-asyncio", "Protocol on asyncio", (*proto, "asyncio"), ("httptools",)),
+        Server("protocol-iopoll", "Protocol on iopoll.aio", (*proto, "iopoll.aio"),
+               ("httptools",)),
+        Server("protocol-uvloop", "Protocol on uvloop", (*proto, "uvloop"),
+               ("httptools", "uvloop")),
+        Server("uvicorn-asyncio", "uvicorn on asyncio", (*uvi, "asyncio"),
+               ("httptools", "uvicorn")),
+        Server("uvicorn-iopoll", "uvicorn on iopoll.aio", (*uvi, "iopoll.aio"),
+               ("httptools", "uvicorn")),
+        Server("uvicorn-uvloop", "uvicorn on uvloop", (*uvi, "uvloop"),
+               ("httptools", "uvicorn", "uvloop")),
+    )
+
+
+SERVERS = _servers()
+BY_NAME = {server.name: server for server in SERVERS}
+
+
+def missing(server: Server) -> str | None:
+    """The first package ``server`` needs that is not installed, or None."""
+    import importlib.util
+
+    for package in server.needs:
+        if importlib.util.find_spec(package) is None:
+            return package
+    return None
+
+
+# -- one server: start, CPU time, stop ---------------------------------------------------
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pids: Sequence[int]) -> float | None:
+    """User + system CPU time of ``pids`` (all their threads), from ``/proc``; None elsewhere."""
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+    return total / _TICKS
+
+
+@dataclass
+class Running:
+    """A started server: its process, its workers' pids, its port."""
+
+    server: Server
+    process: subprocess.Popen[str]
+    port: int
+    pids: list[int] = field(default_factory=list)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(server: Server, workers: int) -> Running:
+    """Start ``server`` with ``workers`` processes; return once every worker listens."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    process = subprocess.Popen(
+        [sys.executable, *server.argv, "--port", str(port), "--workers", str(workers)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+    )
+    running = Running(server, process, port)
+    assert process.stdout is not None
+    while len(running.pids) < workers:
+        line = process.stdout.readline()  # "worker PID serving ..."
+        if not line:
+            running.stop()
+            raise RuntimeError(f"{server.title} exited before it listened")
+        if line.startswith("worker "):
+            running.pids.append(int(line.split()[1]))
+    if workers > 1:
+        running.pids.append(process.pid)  # the parent, which only waits
+    return running
+
+
+# -- wrk ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one wrk run measured."""
+
+    rate: float  # requests/s, as wrk reports it
+    requests: int
+    cpu_us: float | None  # server CPU time per request, microseconds
+    errors: str  # wrk's socket errors and non-2xx count, "" when none
+
+
+def wrk(port: int, seconds: float, connections: int, threads: int) -> tuple[float, int, str]:
+    done = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s",
+         f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, check=True, timeout=seconds + 60,
+    )
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
+    count = re.search(r"(\d+) requests in", done.stdout)
+    if rate is None or count is None:
+        raise RuntimeError(f"wrk printed no rate:\n{done.stdout}{done.stderr}")
+    errors = [m.group(0) for m in re.finditer(
+        r"Socket errors:.*|Non-2xx or 3xx responses: \d+", done.stdout)]
+    return float(rate.group(1)), int(count.group(1)), "; ".join(errors)
+
+
+def load(running: Running, seconds: float, connections: int, threads: int) -> Load:
+    before = cpu_seconds(running.pids)
+    rate, requests, errors = wrk(running.port, seconds, connections, threads)
+    after = cpu_seconds(running.pids)
+    cpu = None if before is None or after is None or not requests else (
+        (after - before) / requests * 1e6)
+    return Load(rate, requests, cpu, errors)
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+Cell = tuple[str, int]  # (server name, processes)
+
+
+@dataclass
+class Results:
+    """Every round's load of every cell, and why a cell was not run."""
+
+    processes: list[int]
+    connections: int
+    rounds: dict[Cell, list[Load]] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def rates(self, cell: Cell) -> list[float]:
+        return [load.rate for load in self.rounds.get(cell, [])]
+
+    def cpus(self, cell: Cell) -> list[float]:
+        return [load.cpu_us for load in self.rounds.get(cell, []) if load.cpu_us is not None]
+
+    def paired(self, cell: Cell, baseline: Cell, cpu: bool) -> float | None:
+        """Median over the rounds of cell / baseline (requests/s), or baseline / cell (CPU),
+        so that above 1.0 means ``cell`` did better either way."""
+        a, b = self.rounds.get(cell, []), self.rounds.get(baseline, [])
+        ratios = []
+        for x, y in zip(a, b, strict=False):
+            if cpu and x.cpu_us and y.cpu_us:
+                ratios.append(y.cpu_us / x.cpu_us)
+            elif not cpu and y.rate:
+                ratios.append(x.rate / y.rate)
+        return statistics.median(ratios) if ratios else None
+
+
+def run(
+    servers: Sequence[Server], processes: Sequence[int], rounds: int, duration: float,
+    connections: int, threads: int, progress: bool = True,
+) -> Results:
+    results = Results(list(processes), connections)
+    usable = []
+    for server in servers:
+        why = missing(server)
+        if why:
+            results.refused[server.name] = f"n/a ({why} not installed)"
+        else:
+            usable.append(server)
+    for count in processes:
+        started = [start(server, count) for server in usable]
+        try:
+            for running in started:  # warm-up: imports, caches, the accept backlog
+                wrk(running.port, 1, connections, threads)
+            for r in range(rounds):
+                k = r % len(started)
+                for running in started[k:] + started[:k]:
+                    measured = load(running, duration, connections, threads)
+                    results.rounds.setdefault((running.server.name, count), []).append(measured)
+                    if progress:
+                        cpu = f"{measured.cpu_us:.1f} us/req" if measured.cpu_us else "no CPU"
+                        print(f"[{count} proc, round {r + 1}/{rounds}] {running.server.title}: "
+                              f"{measured.rate:,.0f} req/s, {cpu}"
+                              + (f" ({measured.errors})" if measured.errors else ""),
+                              file=sys.stderr, flush=True)
+        finally:
+            for running in started:
+                running.stop()
+    return results
+
+
+# -- the table, the targets, the plots ---------------------------------------------------
+
+
+def _spread(values: Sequence[float], digits: int) -> str:
+    if not values:
+        return "n/a"
+    fmt = f"{{:,.{digits}f}}"
+    median = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return median
+    return f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def format_table(results: Results, servers: Sequence[Server]) -> str:
+    header = ["server", *(f"{n} proc req/s" for n in results.processes),
+              *(f"{n} proc CPU us/req" for n in results.processes)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for server in servers:
+        if server.name in results.refused:
+            cells = [results.refused[server.name]] * (2 * len(results.processes))
+        else:
+            cells = [_spread(results.rates((server.name, n)), 0) for n in results.processes]
+            cells += [_spread(results.cpus((server.name, n)), 1) for n in results.processes]
+        lines.append("| " + " | ".join([server.title, *cells]) + " |")
+    errors = sorted({f"{BY_NAME[name].title}, {n} proc: {load.errors}"
+                     for (name, n), loads in results.rounds.items()
+                     for load in loads if load.errors})
+    lines += [f"wrk reported: {line}" for line in errors]
+    return "\n".join(lines)
+
+
+def targets(results: Results) -> list[tuple[bool | None, str]]:
+    """Each target of issue 15 as (met, line); met is None where a column is missing."""
+    out: list[tuple[bool | None, str]] = []
+    single, many = results.processes[0], results.processes[-1]
+
+    def at_least(cell: Cell, baseline: Cell, cpu: bool, floor: float, what: str) -> None:
+        ratio = results.paired(cell, baseline, cpu)
+        if ratio is None:
+            out.append((None, f"{what}: not measured"))
+        else:
+            out.append((ratio >= floor, f"{what}: {ratio:.2f}x (target {floor:.2f}x)"))
+
+    for n in results.processes:
+        for kind in ("protocol", "uvicorn"):
+            for cpu in (False, True):
+                figure = "CPU/request" if cpu else "requests/s"
+                at_least((f"{kind}-iopoll", n), (f"{kind}-asyncio", n), cpu, 1.0,
+                         f"{kind} on iopoll.aio vs asyncio, {figure}, {n} proc")
+    at_least(("loop", single), ("protocol-uvloop", single), True, 1.0,
+             f"iopoll.loop IoPollDriver vs uvloop Protocol, CPU/request, {single} proc")
+    for cpu in (False, True):
+        figure = "CPU/request" if cpu else "requests/s"
+        at_least(("loop", single), ("loop-select", single), cpu, 1.0,
+                 f"IoPollDriver native vs SELECT, {figure}, {single} proc")
+    if many != single:
+        # Near-linear scale-out: requests per second of server CPU as high with N workers
+        # as with one (wrk shares the cores, so requests/s itself cannot scale N-fold here).
+        one, n_proc = results.cpus(("loop", single)), results.cpus(("loop", many))
+        if one and n_proc:
+            ratio = statistics.median(one) / statistics.median(n_proc)
+            out.append((ratio >= 0.9, f"IoPollDriver requests per CPU-second, {many} proc vs "
+                        f"{single}: {ratio:.2f}x (target 0.90x: near-linear)"))
+    return out
+
+
+def format_targets(results: Results) -> str:
+    lines = []
+    for met, line in targets(results):
+        mark = {True: "met", False: "MISSED", None: "n/a"}[met]
+        lines.append(f"target {mark}: {line}")
+    return "\n".join(lines)
+
+
+def plot(results: Results, servers: Sequence[Server], directory: Path, title: str) -> list[Path]:
+    shown = [s for s in servers if s.name not in results.refused]
+    groups = [s.title.replace("iopoll.loop ", "loop ") for s in shown]
+    written = []
+    for name, label, values in (
+        ("bench_http", f"requests/s (wrk -c{results.connections})", results.rates),
+        ("bench_http-cpu", "server CPU per request (us)", results.cpus),
+    ):
+        series: dict[str, list[float | None]] = {}
+        spread: dict[str, list[plotting.Spread | None]] = {}
+        for n in results.processes:
+            column = f"{n} process" + ("es" if n > 1 else "")
+            cells = [values((s.name, n)) for s in shown]
+            series[column] = [statistics.median(c) if c else None for c in cells]
+            spread[column] = [(min(c), max(c)) if c else None for c in cells]
+        written.append(plotting.bars(directory, name, title, label, groups, series, spread))
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per load (3)")
+    parser.add_argument("--rounds", type=int, default=3, help="loads per cell (3)")
+    parser.add_argument("--connections", type=int, default=200, help="wrk -c (200)")
+    parser.add_argument("--threads", type=int, default=2, help="wrk -t (2)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes of the N-process column (default: the core count)")
+    parser.add_argument("--servers", nargs="+", choices=list(BY_NAME), metavar="NAME",
+                        help="only these rows: " + ", ".join(BY_NAME))
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    plotting.add_argument(parser)
+    args = parser.parse_args(argv)
+    if args.duration < 1 or args.rounds < 1 or args.workers < 1 or args.connections < 1:
+        parser.error("--duration, --rounds, --workers and --connections must be at least 1")
+    if shutil.which("wrk") is None:
+        raise SystemExit("bench_http needs wrk: apt install wrk (Debian, Ubuntu), "
+                         "brew install wrk (macOS)")
+    servers = [BY_NAME[name] for name in args.servers] if args.servers else list(SERVERS)
+    processes = [1] if args.workers == 1 else [1, args.workers]
+
+    import iopoll.loop._iopoll_driver as loop_driver
+
+    language = "C" if loop_driver.ACCELERATED else "pure Python"
+    title = (f"Python {sys.version.split()[0]}, wrk -t{args.threads} -c{args.connections}, "
+             f"{args.duration:g} s x {args.rounds} rounds; iopoll.loop dispatch in {language}")
+    results = run(servers, processes, args.rounds, args.duration, args.connections,
+                  args.threads, progress=not args.quiet)
+    print(title)
+    print(format_table(results, servers))
+    print(format_targets(results))
+    if args.plot:
+        for path in plot(results, servers, args.plot, title):
+            print(f"plot: {path}")
+    return 1 if args.check and any(met is False for met, _ in targets(results)) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
