@@ -19,10 +19,14 @@ Every server is started and stopped by the benchmark.  Each round loads every se
 in an order rotated from round to round, for ``--duration`` seconds, after one warm-up
 second each.  Two figures per cell: requests/s as wrk counts them, and the server's CPU
 time per request, read from ``/proc/PID/stat`` of every worker before and after the load.
-wrk runs on the same cores as the servers, so requests/s depends on how the scheduler
-shares them out; CPU per request does much less, and is the figure to compare.  Cells
-show the median over the rounds and the lowest-highest range; the target lines compare
-paired ratios (the two servers' figures in the same round), median over the rounds.
+Cells show the median over the rounds and the lowest-highest range; the target lines
+compare paired ratios (two servers' figures from the same round), median over the rounds.
+
+In the one-process column the server is pinned to the last core and wrk to the others
+(``--no-pin`` leaves both to the scheduler, which moves requests/s by 20% from run to run
+here); with N processes nothing is pinned.  Where wrk's share of the cores is the
+bottleneck (on two cores wrk has one), requests/s says more about wrk than about the
+server, and CPU per request is the figure to compare.
 
 The listeners are made by ``http_hello.listener()``: ``IPPROTO_TCP`` spelled out and
 ``TCP_NODELAY`` set on the listener.  uvicorn's own multi-worker mode makes its socket
@@ -44,7 +48,7 @@ import socket
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,13 +155,43 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(server: Server, workers: int) -> Running:
-    """Start ``server`` with ``workers`` processes; return once every worker listens."""
+def cores() -> tuple[set[int], set[int]] | None:
+    """(the server's core, wrk's cores) for the one-process column, or None on one core.
+
+    Left to the scheduler, a single-process server sometimes shares a core with a wrk
+    thread and sometimes not, and its requests/s jumps between the two cases; pinned, it
+    has one core to itself and wrk has the rest.  N-process servers are not pinned: they
+    need every core.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return ({cpus[-1]}, set(cpus[:-1])) if len(cpus) >= 2 else None
+
+
+def _pinned(cpus: set[int] | None) -> Callable[[], None] | None:
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
+
+
+def start(
+    server: Server, workers: int, cpus: set[int] | None = None, prefix: Sequence[str] = ()
+) -> Running:
+    """Start ``server`` with ``workers`` processes (on ``cpus``, if given; under ``prefix``,
+    such as valgrind); return once every worker listens."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        # asyncio reads into a new 256 KiB buffer per recv(): whether glibc serves that
+        # from mmap or from the heap depends on its dynamic threshold, that is on what the
+        # process happened to free before, and moves a server's speed by whole factors
+        # (bench_aio's note).  Fixed thresholds give every server the heap.
+        "MALLOC_MMAP_THRESHOLD_": "1048576",
+        "MALLOC_TRIM_THRESHOLD_": "8388608",
+    }
     process = subprocess.Popen(
-        [sys.executable, *server.argv, "--port", str(port), "--workers", str(workers)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        [*prefix, sys.executable, *server.argv, "--port", str(port), "--workers", str(workers)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=_pinned(cpus),
     )
     running = Running(server, process, port)
     assert process.stdout is not None
@@ -186,11 +220,14 @@ class Load:
     errors: str  # wrk's socket errors and non-2xx count, "" when none
 
 
-def wrk(port: int, seconds: float, connections: int, threads: int) -> tuple[float, int, str]:
+def wrk(
+    port: int, seconds: float, connections: int, threads: int, cpus: set[int] | None = None
+) -> tuple[float, int, str]:
     done = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s",
          f"http://127.0.0.1:{port}/"],
         capture_output=True, text=True, check=True, timeout=seconds + 60,
+        preexec_fn=_pinned(cpus),
     )
     rate = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
     count = re.search(r"(\d+) requests in", done.stdout)
@@ -201,9 +238,11 @@ def wrk(port: int, seconds: float, connections: int, threads: int) -> tuple[floa
     return float(rate.group(1)), int(count.group(1)), "; ".join(errors)
 
 
-def load(running: Running, seconds: float, connections: int, threads: int) -> Load:
+def load(
+    running: Running, seconds: float, connections: int, threads: int, cpus: set[int] | None
+) -> Load:
     before = cpu_seconds(running.pids)
-    rate, requests, errors = wrk(running.port, seconds, connections, threads)
+    rate, requests, errors = wrk(running.port, seconds, connections, threads, cpus)
     after = cpu_seconds(running.pids)
     cpu = None if before is None or after is None or not requests else (
         (after - before) / requests * 1e6)
@@ -246,7 +285,7 @@ class Results:
 
 def run(
     servers: Sequence[Server], processes: Sequence[int], rounds: int, duration: float,
-    connections: int, threads: int, progress: bool = True,
+    connections: int, threads: int, pin: bool = True, progress: bool = True,
 ) -> Results:
     results = Results(list(processes), connections)
     usable = []
@@ -257,14 +296,16 @@ def run(
         else:
             usable.append(server)
     for count in processes:
-        started = [start(server, count) for server in usable]
+        pinned = cores() if pin and count == 1 else None
+        server_cpus, wrk_cpus = pinned or (None, None)
+        started = [start(server, count, server_cpus) for server in usable]
         try:
             for running in started:  # warm-up: imports, caches, the accept backlog
-                wrk(running.port, 1, connections, threads)
+                wrk(running.port, 1, connections, threads, wrk_cpus)
             for r in range(rounds):
                 k = r % len(started)
                 for running in started[k:] + started[:k]:
-                    measured = load(running, duration, connections, threads)
+                    measured = load(running, duration, connections, threads, wrk_cpus)
                     results.rounds.setdefault((running.server.name, count), []).append(measured)
                     if progress:
                         cpu = f"{measured.cpu_us:.1f} us/req" if measured.cpu_us else "no CPU"
@@ -276,6 +317,63 @@ def run(
             for running in started:
                 running.stop()
     return results
+
+
+def count_instructions(
+    servers: Sequence[Server], seconds: float, connections: int, threads: int
+) -> dict[str, float]:
+    """Instructions each server runs per request under wrk, one process, callgrind.
+
+    Under valgrind a server is some 50 times slower, so each readiness report carries many
+    requests: the count is that of a server under full load.  The warm-up's instructions
+    are dropped with ``callgrind_control --zero``, the teardown's by ``--dump`` before it.
+    """
+    import tempfile
+
+    counts: dict[str, float] = {}
+    for server in servers:
+        if missing(server):
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "callgrind.out"
+            prefix = ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}"]
+            running = start(server, 1, prefix=prefix)
+            try:
+                wrk(running.port, 2, connections, threads)  # warm-up
+                pid = str(running.pids[0])
+                subprocess.run(["callgrind_control", "--zero", pid], check=True,
+                               capture_output=True)
+                _, requests, _ = wrk(running.port, seconds, connections, threads)
+                if not requests:
+                    raise RuntimeError(f"{server.title} answered nothing in {seconds:g} s "
+                                       "under callgrind: give it a longer --duration")
+                subprocess.run(["callgrind_control", "--dump", pid], check=True,
+                               capture_output=True)
+            finally:
+                running.stop()
+            for line in (Path(scratch) / "callgrind.out.1").read_text().splitlines():
+                if line.startswith(("summary:", "totals:")):
+                    counts[server.name] = int(line.split()[1]) / requests
+                    break
+        print(f"{server.title}: {counts.get(server.name, 0):,.0f} instructions/request "
+              f"({requests:,} requests)", file=sys.stderr, flush=True)
+    return counts
+
+
+def format_instructions(counts: dict[str, float], servers: Sequence[Server]) -> str:
+    """The count per server, and its ratio to the asyncio server of its kind."""
+    lines = ["| server | instructions/request | vs the same server on asyncio |",
+             "|---|---:|---:|"]
+    for server in servers:
+        count = counts.get(server.name)
+        if count is None:
+            lines.append(f"| {server.title} | n/a | |")
+            continue
+        kind = server.name.split("-")[0]
+        base = counts.get("protocol-asyncio" if kind == "loop" else f"{kind}-asyncio")
+        ratio = f"{count / base:.2f}x" if base else ""
+        lines.append(f"| {server.title} | {count:,.0f} | {ratio} |")
+    return "\n".join(lines)
 
 
 # -- the table, the targets, the plots ---------------------------------------------------
@@ -381,6 +479,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="processes of the N-process column (default: the core count)")
     parser.add_argument("--servers", nargs="+", choices=list(BY_NAME), metavar="NAME",
                         help="only these rows: " + ", ".join(BY_NAME))
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let the scheduler place the one-process servers and wrk")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count each server's instructions per request (valgrind)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     plotting.add_argument(parser)
@@ -398,8 +500,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     language = "C" if loop_driver.ACCELERATED else "pure Python"
     title = (f"Python {sys.version.split()[0]}, wrk -t{args.threads} -c{args.connections}, "
              f"{args.duration:g} s x {args.rounds} rounds; iopoll.loop dispatch in {language}")
+    if args.instructions:
+        if shutil.which("callgrind_control") is None:
+            raise SystemExit("--instructions needs valgrind: apt install valgrind")
+        print(f"Python {sys.version.split()[0]}, wrk -t{args.threads} -c{args.connections}, "
+              f"{args.duration:g} s under callgrind per server; iopoll.loop dispatch in "
+              f"{language}; the server's user-space instructions per request")
+        print(format_instructions(
+            count_instructions(servers, args.duration, args.connections, args.threads),
+            servers))
+        return 0
     results = run(servers, processes, args.rounds, args.duration, args.connections,
-                  args.threads, progress=not args.quiet)
+                  args.threads, pin=not args.no_pin, progress=not args.quiet)
     print(title)
     print(format_table(results, servers))
     print(format_targets(results))
