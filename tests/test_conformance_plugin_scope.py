@@ -15,7 +15,7 @@ from iopoll_conformance import ConformanceSuite
 from iopoll_conformance.fixtures import SuiteFixtures
 from iopoll_conformance.groups.add import AddRules
 from iopoll_conformance.loop import DriverConformance
-from iopoll_conformance.plugin import is_suite_class
+from iopoll_conformance.plugin import ConformanceSummary, is_suite_class
 
 # Each case runs pytest in a subprocess: what they check is the plugin's, the same on every
 # Python version, so tox runs them once (py311; see tox.ini).
@@ -135,3 +135,11 @@ def test_a_spec_suite_run_still_prints_its_summary(tmp_path: Path) -> None:
     assert SUMMARY in result.stdout
     assert "implementation: iopoll" in result.stdout
     assert any(line.split()[:2] == ["add", "1/0/0"] for line in result.stdout.splitlines())
+
+
+def test_the_summary_plugin_is_hashable_as_pytest_9_needs() -> None:
+    # pytest 9.0 keeps registered plugins in a set; a plain @dataclass has no __hash__, and
+    # registering it failed every run with "unhashable type: 'ConformanceSummary'".
+    summary = ConformanceSummary()
+    assert {summary} == {summary}
+    assert ConformanceSummary() != summary  # identity, as for any other plugin object

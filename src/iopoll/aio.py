@@ -25,6 +25,7 @@ import asyncio
 import errno
 import math
 import selectors
+import socket
 import sys
 from asyncio import selector_events
 from collections.abc import Coroutine, Iterator, Mapping
@@ -347,9 +348,25 @@ _AsyncioSocketTransport: Any = selector_events._SelectorSocketTransport  # type:
 
 
 class _SocketTransport(_AsyncioSocketTransport):  # type: ignore[misc]
-    """asyncio's socket transport, reading into its loop's buffer (the note above)."""
+    """asyncio's socket transport, reading into its loop's buffer (the note above), with
+    Nagle's algorithm off on every TCP socket."""
 
     _loop: Loop
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        # asyncio turns Nagle off (TCP_NODELAY) only where sock.proto is IPPROTO_TCP, and
+        # a socket made as socket(AF_INET, SOCK_STREAM) has proto 0 although it is TCP:
+        # uvicorn's multi-worker listener is one (uvicorn issue 3149), and every response
+        # written in two parts then waits for the client's delayed ACK, ~40 ms.  uvloop
+        # sets it on every TCP stream; so does this loop.
+        sock = self._sock
+        if (sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
+                and sock.proto == 0 and hasattr(socket, "TCP_NODELAY")):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass  # not a TCP socket after all, or already shut: asyncio's rule stands
 
     def _read_ready__data_received(self) -> None:
         # asyncio's method of the same name (identical in 3.10 to 3.13) but for recv_into.

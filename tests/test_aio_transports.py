@@ -1,9 +1,10 @@
-"""``iopoll.aio``'s socket transport reads into a buffer of its loop's and copies out.
+"""``iopoll.aio``'s socket transport: reads into its loop's buffer, Nagle off on all TCP.
 
-The note above ``_SocketTransport`` in ``src/iopoll/aio.py`` says why.  What must hold:
-a protocol gets every byte in order, as ``bytes`` objects it may keep (a later read must
-not change an earlier chunk), end of file and a reset arrive as with asyncio's transport,
-and a transport whose ``max_size`` was changed reads as asyncio's does.
+The notes in ``_SocketTransport`` (``src/iopoll/aio.py``) say why.  What must hold: a
+protocol gets every byte in order, as ``bytes`` objects it may keep (a later read must not
+change an earlier chunk); end of file and a reset arrive as with asyncio's transport; a
+transport whose ``max_size`` was changed reads as asyncio's does; and every TCP transport
+has ``TCP_NODELAY``, its socket made with protocol 0 included (asyncio skips those).
 """
 
 from __future__ import annotations
@@ -126,3 +127,35 @@ def test_every_loop_has_its_own_buffer(make: Any) -> None:
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize("proto", [0, socket.IPPROTO_TCP])
+def test_every_tcp_transport_has_nagle_off_whatever_its_socket_proto(proto: int) -> None:
+    async def main() -> bool:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        listener.close()
+        assert accepted.proto == proto
+        assert not accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        protocol = await connected_keeper(client, accepted)
+        nodelay = bool(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        protocol.transport.close()
+        client.close()
+        await asyncio.wait_for(protocol.lost, 30)
+        return nodelay
+
+    assert iopoll.aio.run(main())
+
+
+def test_a_unix_stream_transport_works_without_the_tcp_option() -> None:
+    async def main() -> None:
+        peer, ours = socket.socketpair()
+        protocol = await connected_keeper(peer, ours)
+        assert protocol.transport.get_extra_info("socket").family == socket.AF_UNIX
+        peer.close()
+        await asyncio.wait_for(protocol.lost, 30)
+
+    iopoll.aio.run(main())
