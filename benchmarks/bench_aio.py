@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_aio [--quick] [--repeats R] [--duration SECONDS]
                                    [--concurrency 1 10 100] [--check] [--instructions]
+                                   [--plot DIR]
 
 Each column runs the same asyncio ``Protocol`` echo server (1 KiB messages) in its own
 process, on its own event loop.  The load comes from one client process, the same for
@@ -33,6 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+try:
+    from . import plotting
+except ImportError:  # run as a script: its folder is on the path
+    import plotting  # type: ignore[no-redef]
 
 MESSAGE = b"x" * 1024
 LOOPS = ("asyncio", "iopoll.aio", "uvloop")
@@ -329,20 +335,43 @@ def _table_header(columns: list[str], unit: str, ratio: str) -> str:
     return header + " " + " ".join(f"{name + ' ' + ratio:>22}" for name in columns[1:])
 
 
-def _throughput(columns: list[str], args: argparse.Namespace) -> bool:
-    """Print the round-trip table; True when iopoll.aio meets its target."""
-    print(
+# Concurrency -> column -> its figures: one per cycle, or the one instruction count.
+Rows = dict[int, dict[str, list[float]]]
+
+
+def plot(rows: Rows, directory: Path, title: str, name: str, ylabel: str) -> Path:
+    """``<name>.png`` in ``directory``: a group of bars per concurrency, a bar per column.
+
+    A bar is the median of the column's figures; the error bar, their lowest and highest,
+    where there are several (not for the instruction counts).
+    """
+    columns = list(next(iter(rows.values())))
+    groups = [f"{concurrency:,} client{'s' * (concurrency != 1)}" for concurrency in rows]
+    series = {c: [statistics.median(row[c]) for row in rows.values()] for c in columns}
+    spread = None
+    if any(len(figures) > 1 for row in rows.values() for figures in row.values()):
+        spread = {c: [(min(row[c]), max(row[c])) for row in rows.values()] for c in columns}
+    return plotting.bars(directory, name, title, ylabel, groups, series, spread)
+
+
+def _throughput(columns: list[str], args: argparse.Namespace) -> tuple[bool, Rows, str]:
+    """Print the round-trip table; whether iopoll.aio meets its target, the rates per cycle
+    and the table's header line."""
+    header = (
         f"TCP echo, 1 KiB messages, {args.cycles} cycles of {args.slice:g} s per server, "
         f"client on {_client_loop()}, "
         f"Python {sys.version.split()[0]}, iopoll's wait() in {_wait_language()}"
     )
+    print(header)
     print("req/s: median over the cycles; ratio: median of the per-cycle ratios to asyncio")
     print("(interquartile range)")
     print(_table_header(columns, "req/s", "ratio"))
     met = True
+    rows: Rows = {}
     for concurrency in args.concurrency:
         cycles = _measure(columns, concurrency, args.slice, args.cycles)
         rates = {name: [cycle[index] for cycle in cycles] for index, name in enumerate(columns)}
+        rows[concurrency] = rates
         row = f"{concurrency:>8} "
         row += " ".join(f"{statistics.median(rates[name]):>18,.0f}" for name in columns)
         for name in columns[1:]:
@@ -353,27 +382,32 @@ def _throughput(columns: list[str], args: argparse.Namespace) -> bool:
                 met = False
         print(row, flush=True)
     print(f"Target iopoll.aio >= {TARGET:.2f}x asyncio on every row: {'met' if met else 'MISSED'}")
-    return met
+    return met, rows, header
 
 
-def _instructions(columns: list[str], args: argparse.Namespace) -> None:
+def _instructions(columns: list[str], args: argparse.Namespace) -> tuple[Rows, str]:
+    """Print the instruction table; the counts and the table's header line."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("--instructions needs valgrind (callgrind and callgrind_control) on PATH")
-    print(
+    header = (
         f"Instructions per round trip in the server (callgrind, user space), "
         f"{args.round_trips:,} round trips after 2,000 to warm up, "
         f"Python {sys.version.split()[0]}, iopoll's wait() in {_wait_language()}"
     )
+    print(header)
     print(_table_header(columns, "instr", "vs asyncio"))
+    rows: Rows = {}
     for concurrency in args.concurrency:
         counts = {
             name: _count_instructions(name, concurrency, args.round_trips) for name in columns
         }
+        rows[concurrency] = {name: [count] for name, count in counts.items()}
         row = f"{concurrency:>8} " + " ".join(f"{counts[name]:>18,.0f}" for name in columns)
         row += " " + " ".join(
             f"{counts[name] / counts['asyncio']:>21.2f}x" for name in columns[1:]
         )
         print(row, flush=True)
+    return rows, header
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -388,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         "--instructions", action="store_true", help="count instructions (valgrind) instead"
     )
     parser.add_argument("--round-trips", type=int, default=10_000, help="with --instructions")
+    plotting.add_argument(parser)
     parser.add_argument("--serve", choices=LOOPS, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -413,12 +448,19 @@ def main(argv: list[str] | None = None) -> None:
 
     columns = [name for name in LOOPS if _available(name)]
     if args.instructions:
-        _instructions(columns, args)
+        rows, header = _instructions(columns, args)
+        if args.plot:
+            path = plot(rows, args.plot, header, "bench_aio-instructions",
+                        "instructions per round trip")
+            print(f"plot: {path}")
         return
     if args.quick:
         args.cycles, args.slice = 2, 0.1
     args.cycles = max(2, args.cycles)
-    met = _throughput(columns, args)
+    met, rows, header = _throughput(columns, args)
+    if args.plot:
+        title = f"{header}; bars: median, error bars: the slowest and fastest cycle"
+        print(f"plot: {plot(rows, args.plot, title, 'bench_aio', 'round trips per second')}")
     if args.check and not met:
         sys.exit(1)
 

@@ -3,6 +3,7 @@
     python -m benchmarks.bench_loop            # 100,000 ops per row (round trips: 20,000)
     python -m benchmarks.bench_loop --quick    # 10x fewer
     python -m benchmarks.bench_loop --instructions   # callgrind: instructions per operation
+    python -m benchmarks.bench_loop --quick --plot plots   # also plots/bench_loop.png
 
 Rows (ext-eventloop's benchmark, plus PR #128's round trips):
 * defer: N defer() then one run()                   | asyncio: call_soon
@@ -37,13 +38,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
 from iopoll.loop._iopoll_driver import ACCELERATED, PyIoPollDriver
 
-from . import callgrind
+from . import callgrind, plotting
 
 try:
     import uvloop
@@ -320,8 +322,13 @@ def _instructions_of(row: str, column: str, n: int) -> int:
     return callgrind.instructions_of("bench_loop", row, column, str(n))
 
 
-def count_instructions(short: int = 1000, long: int = 6000) -> str:
-    """The table of instructions per operation: (long run - short run) / difference."""
+def count_instructions(
+    short: int = 1000, long: int = 6000, table: dict[str, list[float]] | None = None
+) -> str:
+    """The table of instructions per operation: (long run - short run) / difference.
+
+    ``table``, when given, receives each row's figures, in the order of ``_columns()``.
+    """
     columns = list(_columns())
     jobs = {
         (row, column, n): None
@@ -341,6 +348,8 @@ def count_instructions(short: int = 1000, long: int = 6000) -> str:
             column: (counts[row, column, long] - counts[row, column, short]) / (long - short)
             for column in columns
         }
+        if table is not None:
+            table[row] = [per[column] for column in columns]
         cells = [f"{per[column]:,.0f}" for column in columns]
         cells.append(f"{per['pure Python'] / per['IoPollDriver']:.2f}x fewer")
         cells.append(f"{per['uvloop'] / per['IoPollDriver']:.2f}" if "uvloop" in per else "n/a")
@@ -349,6 +358,22 @@ def count_instructions(short: int = 1000, long: int = 6000) -> str:
 
 
 # -- the table -----------------------------------------------------------------------------------
+
+
+def plot(
+    table: dict[str, list[float]],
+    columns: Sequence[str],
+    directory: Path,
+    title: str,
+    name: str = "bench_loop",
+    ylabel: str = "operations per second",
+) -> Path:
+    """``<name>.png`` in ``directory``: a group of bars per row, one bar per column.
+
+    The y axis is logarithmic: the rows' rates are 10x apart.
+    """
+    series = {column: [cells[i] for cells in table.values()] for i, column in enumerate(columns)}
+    return plotting.bars(directory, name, title, ylabel, list(table), series, log=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="count instructions per operation with valgrind instead of timing",
     )
+    plotting.add_argument(parser)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -370,11 +396,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.instructions:
         if not callgrind.available():
             parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
-        print(
+        header = (
             f"Python {sys.version.split()[0]}, instructions per operation (callgrind), "
             f"IoPollDriver's dispatch in {'C' if ACCELERATED else 'pure Python'}"
         )
-        print(count_instructions())
+        print(header)
+        counts: dict[str, list[float]] = {}
+        print(count_instructions(table=counts))
+        if args.plot:
+            path = plot(counts, list(_columns()), args.plot, header,
+                        "bench_loop-instructions", "instructions per operation")
+            print(f"plot: {path}")
         return 0
     n = args.n or (10_000 if args.quick else 100_000)
     trips = max(n // 5, 1000)
@@ -406,15 +438,17 @@ def main(argv: list[str] | None = None) -> int:
     rows.extend(trips_row(idle) for idle in (0, 100, 1000))
 
     columns = [*drivers, *loops]
-    print(
+    header = (
         f"Python {sys.version.split()[0]}, {n:,} ops per row ({trips:,} round trips), "
         f"best of {args.repeat}, ops/s; IoPollDriver's dispatch in "
         f"{'C' if ACCELERATED else 'pure Python'}"
     )
+    print(header)
     print(f"| {'row':<24} | " + " | ".join(f"{c:>15}" for c in columns) + " |")
     print(f"|{'-' * 26}|" + "|".join("-" * 17 for _ in columns) + "|")
     below_uvloop: list[str] = []
     below_3x: list[str] = []
+    table: dict[str, list[float]] = {}  # row -> its cells, for --plot
     for name, ours, theirs in rows:
         # Round-robin over the columns, keeping each one's best: load bursts on a shared
         # machine then hit every column alike.
@@ -425,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             for column, (bench, make) in enumerate(runs):
                 cells[column] = max(cells[column], bench(make))
         print(f"| {name:<24} | " + " | ".join(f"{c:>15,.0f}" for c in cells) + " |", flush=True)
+        table[name] = cells
         if "uvloop" in loops and cells[0] < cells[columns.index("uvloop")]:
             below_uvloop.append(f"{name} ({cells[0] / cells[columns.index('uvloop')]:.2f}x)")
         if name in ("defer", "delay(0)", "repeat(0)") and cells[0] < 3 * cells[1]:
@@ -439,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         + (f"missed on {', '.join(below_3x)}" if below_3x else "met")
     )
     print("suspend/resume for asyncio/uvloop: a Future resolved by call_soon, awaited in a task")
+    if args.plot:
+        print(f"plot: {plot(table, columns, args.plot, header)}")
     return 0
 
 

@@ -7,6 +7,7 @@ lives in the kernel, which tracemalloc cannot see).
 
     python -m benchmarks.memory              # 10,000 watchers, EPOLL and POLL
     python benchmarks/memory.py --watchers 2000
+    python -m benchmarks.memory --plot plots   # also plots/memory.png
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ import socket
 import sys
 import tracemalloc
 from collections.abc import Sequence
+from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import iopoll
+from benchmarks import plotting
 from benchmarks.roundtrip import FD_HEADROOM, raise_fd_limit
 
-__all__ = ["TARGET_BYTES", "bytes_per_watcher", "main"]
+__all__ = ["TARGET_BYTES", "bytes_per_watcher", "main", "plot"]
 
 DEFAULT_WATCHERS = 10_000
 TARGET_BYTES = 1024
@@ -54,6 +57,14 @@ def bytes_per_watcher(backend: iopoll.Backend, sockets: Sequence[socket.socket])
     return grown / len(sockets)
 
 
+def plot(rows: Sequence[tuple[str, float | None]], directory: Path, title: str) -> Path:
+    """``memory.png`` in ``directory``: a bar of bytes per watcher for each backend."""
+    sizes = {"bytes per watcher": [size for _, size in rows]}
+    return plotting.bars(
+        directory, "memory", title, "bytes per watcher", [name for name, _ in rows], sizes
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -63,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--watchers", type=int, default=DEFAULT_WATCHERS, help=f"default {DEFAULT_WATCHERS:,}"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
+    plotting.add_argument(parser)
     args = parser.parse_args(argv)
     if args.watchers < 2 or args.watchers % 2:
         parser.error("--watchers must be an even number >= 2 (they come from socketpairs)")
@@ -83,10 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sock in sockets:
             sock.close()
 
-    print(
+    header = (
         f"Memory per watcher with {args.watchers:,} watchers (tracemalloc; target "
         f"<= {TARGET_BYTES:,} bytes). Python {sys.version.split()[0]}, {sys.platform}."
     )
+    print(header)
     print()
     print("| backend | bytes per watcher | target |")
     print("|---|---:|---|")
@@ -98,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         met = size <= TARGET_BYTES
         missed = missed or not met
         print(f"| {name} | {size:,.0f} | {'PASS' if met else 'FAIL'} |")
+    if args.plot:
+        print(f"plot: {plot(rows, args.plot, header)}")
     return 1 if args.check and missed else 0
 
 

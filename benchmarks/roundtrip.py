@@ -13,6 +13,7 @@ alike; each cell is the best of the repeats, with its ratio to the bare ``select
     python -m benchmarks.roundtrip --quick      # a few thousand, N = 0 and 100
     python benchmarks/roundtrip.py --n 0 1000 --repeats 5
     python -m benchmarks.roundtrip --instructions --n 0 100   # callgrind: instructions instead
+    python -m benchmarks.roundtrip --quick --plot plots   # also plots/roundtrip.png
 
 Wall-clock rates on a shared machine drift; ``--instructions`` counts, with valgrind's
 callgrind, the instructions one round trip costs in user space for each column (two runs of
@@ -31,14 +32,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import iopoll
 import iopoll_polyfill.fallback as polyfill
 
 try:
-    from . import callgrind
+    from . import callgrind, plotting
 except ImportError:  # run as a script (python benchmarks/roundtrip.py): its folder is on the path
     import callgrind  # type: ignore[no-redef]
+    import plotting  # type: ignore[no-redef]
 
 try:
     import resource
@@ -58,6 +61,7 @@ __all__ = [
     "floor_notes",
     "format_table",
     "main",
+    "plot",
     "run",
     "targets",
 ]
@@ -542,8 +546,13 @@ def _refusals(n: int) -> dict[str, str]:
     return refused
 
 
-def count_instructions(ns: Sequence[int], count: int) -> str:
-    """The table of instructions per round trip: (long run - short run) / difference."""
+def count_instructions(
+    ns: Sequence[int], count: int, figures: dict[tuple[int, str], float] | None = None
+) -> str:
+    """The table of instructions per round trip: (long run - short run) / difference.
+
+    ``figures``, when given, receives each measured one under (N, column title).
+    """
     short = 200
     header = ["N idle", *(column.title for column in COLUMNS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
@@ -560,10 +569,20 @@ def count_instructions(ns: Sequence[int], count: int) -> str:
                 - _instructions_of(column.title, n, short)
             ) / count
             base = per if column.title == BARE_EPOLL else base
+            if figures is not None:
+                figures[n, column.title] = per
             ratio = "" if base is None else f" ({per / base:.2f}x)"
             cells.append(f"{per:,.0f}{ratio}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def plot(results: Results, directory: Path, title: str) -> Path:
+    """``roundtrip.png`` in ``directory``: round trips/s against N idle, a line per column."""
+    rates = {column: [results.rate(n, column) for n in results.ns] for column in results.columns}
+    return plotting.lines(
+        directory, "roundtrip", title, "N idle sockets", "round trips per second", results.ns, rates
+    )
 
 
 def _wait_language() -> str:
@@ -598,6 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="count instructions per round trip with valgrind instead (default N = 0 100)",
     )
+    plotting.add_argument(parser)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -608,13 +628,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
         count = args.round_trips or 2_000
         ns = args.n if args.n is not None else QUICK_NS
-        print(
+        header = (
             f"Instructions per round trip in user space (callgrind; {count:,} round trips, "
             f"ratio to the bare select.epoll loop). Python {sys.version.split()[0]}, "
             f"{sys.platform}; iopoll's wait() in {_wait_language()}."
         )
+        print(header)
         print()
-        print(count_instructions(ns, count))
+        figures: dict[tuple[int, str], float] = {}
+        print(count_instructions(ns, count, figures))
+        if args.plot:
+            series = {c.title: [figures.get((n, c.title)) for n in ns] for c in COLUMNS}
+            groups = [f"N={n:,}" for n in ns]
+            path = plotting.bars(args.plot, "roundtrip-instructions", header,
+                                 "instructions per round trip", groups, series)
+            print(f"plot: {path}")
         return 0
 
     count = args.round_trips
@@ -630,11 +658,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(
         count, args.repeats, ns, progress=None if args.quiet else progress, budget=args.budget
     )
-    print(
+    header = (
         f"Round trips per second over an AF_UNIX socketpair ({count:,} round trips, best of "
         f"{args.repeats}; ratio to the bare select.epoll loop). Python {sys.version.split()[0]}, "
         f"{sys.platform}; iopoll's wait() in {_wait_language()}."
     )
+    print(header)
     print()
     print(format_table(results))
     if results.shortened:
@@ -644,6 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_targets(results))
     for line in floor_notes(results):
         print(line)
+    if args.plot:
+        print(f"plot: {plot(results, args.plot, header)}")
     missed = any(met is False for met, _ in targets(results))
     return 1 if args.check and missed else 0
 

@@ -31,6 +31,17 @@ def run(*args: str) -> str:
     return done.stdout
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_plotted(output: str, path: Path) -> None:
+    """``--plot`` wrote a whole PNG at ``path`` and said so on the last line of ``output``."""
+    assert output.splitlines()[-1] == f"plot: {path}", output
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    assert len(data) > 5_000, len(data)  # axes, bars or lines and their labels, not a blank
+
+
 def table_rows(output: str) -> list[list[str]]:
     return [
         [cell.strip() for cell in line.strip("|").split("|")]
@@ -83,6 +94,13 @@ def test_roundtrip_shortens_runs_over_the_budget_and_says_so() -> None:
     assert "fewer round trips (>= 200)" in output
 
 
+def test_roundtrip_plots_its_table(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    output = run("-m", "benchmarks.roundtrip", "--round-trips", "10", "--repeats", "1",
+                 "--n", "0", "1100", "--quiet", "--plot", str(tmp_path))
+    assert_plotted(output, tmp_path / "roundtrip.png")
+
+
 def test_roundtrip_rejects_nonsense_flags() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.roundtrip", "--round-trips", "0"],
@@ -101,6 +119,12 @@ def test_memory_prints_bytes_per_watcher(command: list[str]) -> None:
     for row in rows:
         assert int(row[1].replace(",", "")) > 0
         assert row[2] in ("PASS", "FAIL")
+
+
+def test_memory_plots_its_table(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    output = run("benchmarks/memory.py", "--watchers", "200", "--plot", str(tmp_path))
+    assert_plotted(output, tmp_path / "memory.png")
 
 
 def made_up(rates: dict[tuple[int, str], float]) -> roundtrip.Results:
@@ -177,6 +201,13 @@ def test_bench_aio_prints_median_rates_ratios_and_the_target_line() -> None:
         low, high = (float(x) for x in spread.strip("()").split("-"))
         assert low <= float(ratio.rstrip("x")) <= high, row
     assert "Target iopoll.aio >= 1.00x asyncio on every row: " in output
+
+
+def test_bench_aio_plots_its_table(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    output = run("-m", "benchmarks.bench_aio", "--slice", "0.02", "--cycles", "2",
+                 "--concurrency", "1", "--plot", str(tmp_path))
+    assert_plotted(output, tmp_path / "bench_aio.png")
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -27,6 +29,24 @@ def test_bench_loop_prints_every_row_and_the_target_line() -> None:
         assert f"round trips, {idle} idle" in out
     assert "Target IoPollDriver >= 3x pure Python on defer, delay(0), repeat(0): " in out
     assert "IoPollDriver's dispatch in " in out
+
+
+def test_bench_loop_plots_its_table(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_loop", "-n", "200", "--repeat", "1",
+         "--plot", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    path = tmp_path / "bench_loop.png"
+    assert result.stdout.splitlines()[-1] == f"plot: {path}"
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 5_000, len(data)
 
 
 def test_bench_loop_child_runs_every_cell_of_the_instruction_table() -> None:
