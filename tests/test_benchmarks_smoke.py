@@ -256,3 +256,15 @@ def test_handles_rejects_nonsense_flags() -> None:
     )
     assert done.returncode == 2
     assert "--samples" in done.stderr
+
+
+def test_plots_runs_each_benchmark_and_keeps_its_table_beside_its_picture(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("matplotlib")
+    run("-m", "benchmarks.plots", str(tmp_path), "--quick", "--only", "memory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.png", "memory.txt"]
+    table = (tmp_path / "memory.txt").read_text()
+    assert "Memory per watcher with 2,000 watchers" in table
+    assert "plot: " not in table
+    assert (tmp_path / "memory.png").read_bytes().startswith(PNG_SIGNATURE)
