@@ -21,7 +21,11 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import bench_http  # noqa: E402
 from benchmarks.bench_http import Load, Results  # noqa: E402
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="CPU time from /proc")
+# The benchmark is the same code on every Python version: tox runs it on py311 only.
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="CPU time from /proc"),
+    pytest.mark.slow,
+]
 
 
 def test_bench_http_loads_each_server_and_prints_the_table_and_plots(tmp_path: Path) -> None:

@@ -19,7 +19,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import roundtrip  # noqa: E402
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the tables name epoll columns")
+# The benchmarks are the same code on every Python version: tox runs them on py311 only.
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="the tables name epoll columns"),
+    pytest.mark.slow,
+]
 
 
 def run(*args: str) -> str:
@@ -210,7 +214,6 @@ def test_bench_aio_plots_its_table(tmp_path: Path) -> None:
     assert_plotted(output, tmp_path / "bench_aio.png")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="needs valgrind")
 def test_bench_aio_counts_instructions_per_round_trip() -> None:
     output = run("-m", "benchmarks.bench_aio", "--instructions", "--round-trips", "200",

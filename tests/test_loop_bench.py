@@ -10,6 +10,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
+# The benchmark is the same code on every Python version: tox runs it on py311 only.
+pytestmark = pytest.mark.slow
+
 
 def test_bench_loop_prints_every_row_and_the_target_line() -> None:
     result = subprocess.run(
