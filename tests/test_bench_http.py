@@ -107,6 +107,18 @@ def test_targets_read_paired_ratios_the_right_way_round() -> None:
         results)
 
 
+def test_a_miss_by_less_than_a_hundredth_does_not_print_as_the_target() -> None:
+    results = _results({
+        ("protocol-asyncio", 1): [(1000.0, 20.0)],
+        ("protocol-iopoll", 1): [(996.0, 20.0)],
+    })
+    lines = {line: met for met, line in bench_http.targets(results)}
+    assert lines["protocol on iopoll.aio vs asyncio, requests/s, 1 proc: 0.996x "
+                 "(target 1.00x)"] is False
+    assert lines["protocol on iopoll.aio vs asyncio, CPU/request, 1 proc: 1.000x "
+                 "(target 1.00x)"] is True
+
+
 def test_cpu_seconds_reads_this_process_and_refuses_a_vanished_one() -> None:
     before = bench_http.cpu_seconds([os.getpid()])
     assert before is not None
