@@ -6,7 +6,7 @@ DIR defaults to ``docs/img``, where the README's pictures live.  Each benchmark 
 process of its own, one after the other (never side by side: they time things), with its
 default workload, or its ``--quick`` one; its table goes to ``DIR/<benchmark>.txt`` and its
 PNGs (``DIR/<benchmark>*.png``) come from its own ``--plot``.  So the figures a page quotes
-and the picture it shows come from the same run.  The whole default run takes 10 to 15
+and the picture it shows come from the same run.  The whole default run takes about 8
 minutes here; bench_http needs wrk.
 """
 
