@@ -2,9 +2,10 @@
 time, and proof that its checks can fail.
 
 The slow tests run each target in a subprocess, as a user would, for ``CONTEXT_SECONDS`` or
-``TRAFFIC_SECONDS``: 7 Context targets and 8 loop/aio targets here, about two minutes and a
-quarter in all (tox runs them on py311 only).  ``IOPOLL_SOAK_SEED`` picks the seed (default
-``SEED``); a failure prints the command that replays it.
+``TRAFFIC_SECONDS``: 7 Context targets and 8 loop/aio targets here, about a minute and a half
+in all (tox runs them on py311 only; ``python -m benchmarks.soak`` runs as long as asked).
+``IOPOLL_SOAK_SEED`` picks the seed (default ``SEED``); a failure prints the command that
+replays it.
 
 The fast tests feed the checker deliberately broken Contexts (one that drops a ready
 watcher, one whose one-shots fire twice, one that reports closed streams, ...) and a loop
@@ -37,8 +38,8 @@ from iopoll.loop import CallbackType, InvalidCallbackError, IoPollDriver  # noqa
 
 # Seconds per target in the slow tests: 7 x 8 + 8 x 6 = 104 s of soaking, plus start-up and
 # warm-up (about 2 s a target): under three minutes.
-CONTEXT_SECONDS = 8
-TRAFFIC_SECONDS = 6
+CONTEXT_SECONDS = 5
+TRAFFIC_SECONDS = 4
 CONNECTIONS = 200
 SEED = int(os.environ.get("IOPOLL_SOAK_SEED", "1"))
 # The broken Contexts run on POLL, a backend the soak passes; each is caught within this.

@@ -141,6 +141,7 @@ def test_loop_and_asyncio_on_select_without_posix_modules() -> None:
 
 
 @stand_in
+@pytest.mark.slow  # pure Python on every version; its other tests here run everywhere
 def test_conformance_cases_on_select_without_posix_modules() -> None:
     """A few rule groups on the native SELECT backend and the polyfill, in the child."""
     done = run_child(
