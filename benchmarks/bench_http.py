@@ -373,8 +373,9 @@ def count_instructions(
 
 
 def format_instructions(counts: dict[str, float], servers: Sequence[Server]) -> str:
-    """The count per server, and its ratio to the asyncio server of its kind."""
-    lines = ["| server | instructions/request | vs the same server on asyncio |",
+    """The count per server, and its ratio to the asyncio server of its kind (the asyncio
+    Protocol for the iopoll.loop rows, which run the same responder)."""
+    lines = ["| server | instructions/request | vs asyncio (loop rows: vs its Protocol) |",
              "|---|---:|---:|"]
     for server in servers:
         count = counts.get(server.name)
