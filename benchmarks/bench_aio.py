@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from . import plotting
+    from . import callgrind, plotting
 except ImportError:  # run as a script: its folder is on the path
+    import callgrind  # type: ignore[no-redef]
     import plotting  # type: ignore[no-redef]
 
 MESSAGE = b"x" * 1024
@@ -51,7 +52,8 @@ def _wait_language() -> str:
     return "C" if iopoll._native.ACCELERATED else "pure Python"
 
 
-def _loop_factory(name: str) -> Any:
+def loop_factory(name: str) -> Any:
+    """The event loop class or factory for ``name``, one of ``LOOPS``."""
     if name == "asyncio":
         return asyncio.SelectorEventLoop
     if name == "iopoll.aio":
@@ -64,7 +66,7 @@ def _loop_factory(name: str) -> Any:
 
 
 def _run(name: str, coro: Any) -> Any:
-    loop = _loop_factory(name)()
+    loop = loop_factory(name)()
     try:
         return loop.run_until_complete(coro)
     finally:
@@ -223,17 +225,20 @@ def _client_loop() -> str:
 # -- driver ------------------------------------------------------------------------------
 
 
+# asyncio reads into a fresh 256 KiB buffer per recv().  Whether glibc serves that from mmap
+# (three system calls a message) or from the heap depends on its dynamic threshold, i.e. on
+# what the process happened to allocate and free before: the same server then runs at one
+# speed or at a third of it.  Fixed thresholds give every server the heap, kept between
+# messages (no brk() to grow and trim it each time).  bench_http's servers get them too.
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_TRIM_THRESHOLD_": "8388608"}
+
+
 def _environment() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
 
 
 def _start_server(loop_name: str, prefix: list[str]) -> tuple[subprocess.Popen[str], int]:
-    # asyncio reads into a fresh 256 KiB buffer per recv().  Whether glibc serves that from
-    # mmap (three system calls a message) or from the heap depends on its dynamic threshold,
-    # i.e. on what the process happened to allocate and free before: the same server then
-    # runs at one speed or at a third of it.  Fixed thresholds give every column the heap,
-    # kept between messages (no brk() to grow and trim it each time).
-    env = dict(_environment(), MALLOC_MMAP_THRESHOLD_="1048576", MALLOC_TRIM_THRESHOLD_="8388608")
+    env = dict(_environment(), **FIXED_MALLOC)
     server = subprocess.Popen(
         [*prefix, sys.executable, "-m", "benchmarks.bench_aio", "--serve", loop_name],
         stdin=subprocess.PIPE,
@@ -283,9 +288,7 @@ def _count_instructions(server_loop: str, concurrency: int, round_trips: int) ->
     """Instructions the server executes per round trip, warm-up excluded (callgrind)."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
-        valgrind = ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        control = ["callgrind_control"]
-        server, port = _start_server(server_loop, valgrind)
+        server, port = _start_server(server_loop, callgrind.prefix(out))
         args = [str(port), str(concurrency), "0", "0", str(round_trips)]
         client = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.bench_aio", "--client", *args],
@@ -297,24 +300,20 @@ def _count_instructions(server_loop: str, concurrency: int, round_trips: int) ->
         try:
             assert client.stdin is not None and client.stdout is not None
             assert client.stdout.readline().strip() == "warm"
-            subprocess.run([*control, "--zero", str(server.pid)], check=True, capture_output=True)
+            callgrind.zero(server.pid)
             client.stdin.write("go\n")
             client.stdin.flush()
             client.stdout.readline()  # the measured round trips are done
-            subprocess.run([*control, "--dump", str(server.pid)], check=True, capture_output=True)
+            count = callgrind.dumped(server.pid, out)
         finally:
             _finish(client)
             _finish(server)
-        # --dump writes callgrind.out.1 (the count since --zero); the exit writes callgrind.out.
-        for line in (Path(scratch) / "callgrind.out.1").read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1]) / round_trips
-    raise RuntimeError("callgrind wrote no instruction count")
+    return count / round_trips
 
 
 def _available(name: str) -> bool:
     try:
-        _loop_factory(name)
+        loop_factory(name)
     except ImportError:
         return False
     return True

@@ -53,7 +53,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import plotting
+from benchmarks import callgrind, plotting
+from benchmarks.bench_aio import FIXED_MALLOC
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "http_hello.py"
@@ -183,12 +184,7 @@ def start(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
-        # asyncio reads into a new 256 KiB buffer per recv(): whether glibc serves that
-        # from mmap or from the heap depends on its dynamic threshold, that is on what the
-        # process happened to free before, and moves a server's speed by whole factors
-        # (bench_aio's note).  Fixed thresholds give every server the heap.
-        "MALLOC_MMAP_THRESHOLD_": "1048576",
-        "MALLOC_TRIM_THRESHOLD_": "8388608",
+        **FIXED_MALLOC,  # asyncio's 256 KiB reads: bench_aio's note
     }
     process = subprocess.Popen(
         [*prefix, sys.executable, *server.argv, "--port", str(port), "--workers", str(workers)],
@@ -340,8 +336,7 @@ def count_instructions(
             continue
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "callgrind.out"
-            prefix = ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}"]
-            running = start(server, 1, prefix=prefix)
+            running = start(server, 1, prefix=callgrind.prefix(out))
             try:
                 # Warm-up: under valgrind uvicorn takes many seconds to start serving
                 # after its socket listens, so load until requests come back, then once more.
@@ -352,22 +347,15 @@ def count_instructions(
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"{server.title} never answered under callgrind")
                 wrk(running.port, 2, connections, threads, patience=60)
-                pid = str(running.pids[0])
-                subprocess.run(["callgrind_control", "--zero", pid], check=True,
-                               capture_output=True)
+                callgrind.zero(running.pids[0])
                 _, requests, _ = wrk(running.port, seconds, connections, threads, patience=60)
                 if not requests:
                     raise RuntimeError(f"{server.title} answered nothing in {seconds:g} s "
                                        "under callgrind: give it a longer --duration")
-                subprocess.run(["callgrind_control", "--dump", pid], check=True,
-                               capture_output=True)
+                counts[server.name] = callgrind.dumped(running.pids[0], out) / requests
             finally:
                 running.stop()
-            for line in (Path(scratch) / "callgrind.out.1").read_text().splitlines():
-                if line.startswith(("summary:", "totals:")):
-                    counts[server.name] = int(line.split()[1]) / requests
-                    break
-        print(f"{server.title}: {counts.get(server.name, 0):,.0f} instructions/request "
+        print(f"{server.title}: {counts[server.name]:,.0f} instructions/request "
               f"({requests:,} requests)", file=sys.stderr, flush=True)
     return counts
 

@@ -20,12 +20,12 @@ import importlib.util
 import os
 import signal
 import socket
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-LOOPS = ("asyncio", "iopoll.aio", "uvloop")
+from benchmarks.bench_aio import LOOPS, loop_factory
+
 UVICORN_LOOPS = {"asyncio": "asyncio", "iopoll.aio": "iopoll.aio:new_event_loop",
                  "uvloop": "uvloop"}
 
@@ -38,18 +38,6 @@ def example() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    if name == "asyncio":
-        return asyncio.SelectorEventLoop
-    if name == "iopoll.aio":
-        import iopoll.aio
-
-        return iopoll.aio.new_event_loop
-    import uvloop
-
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def serve_protocol(hello: ModuleType, sock: socket.socket, loop_name: str) -> None:
