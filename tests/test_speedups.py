@@ -247,3 +247,50 @@ def test_a_blocking_wait_lets_other_threads_run(module: Any, backend: iopoll.Bac
         b.close()
     # Holding the GIL, the wait would leave it a few switch intervals' worth (under 5%).
     assert during > asleep / 3, (during, asleep)
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    "backend", [b for b in (iopoll.Backend.EPOLL, iopoll.Backend.POLL) if b.is_available()]
+)
+def test_a_zero_timeout_wait_keeps_the_gil(backend: iopoll.Backend) -> None:
+    """wait(0) never blocks, so the C path makes its one OS call with the GIL held: an event
+    loop's tick after a busy one gives up no GIL (CPython's epoll.poll(0) does).  With a
+    long switch interval, a counting thread that waits for the GIL gets none of it while
+    this thread makes fifty such waits; had one released the GIL, the thread would have
+    taken it at once."""
+    import threading
+
+    if not iopoll._native.ACCELERATED:
+        pytest.skip("IOPOLL_PURE_PYTHON is set")
+    a, b = socket.socketpair()
+    counted = [0]
+    stop = threading.Event()
+
+    def count() -> None:
+        while not stop.is_set():
+            counted[0] += 1
+
+    thread = threading.Thread(target=count)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.25)
+    try:
+        with iopoll.Context(backend) as ctx:
+            ctx.add(b, Event.READ)
+            thread.start()
+            while counted[0] == 0:  # it ran; this thread has the GIL back, the other waits
+                pass
+            before = counted[0]
+            waits = 0
+            while waits < 50 and counted[0] == before:
+                assert ctx.wait(0) == []
+                waits += 1
+            moved = counted[0] - before
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        a.close()
+        b.close()
+    assert (waits, moved) == (50, 0)

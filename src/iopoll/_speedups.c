@@ -286,14 +286,15 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
      * mostly calls wait() with something ready, and then skips giving up and taking back
      * the GIL (two mutex operations, and waking any thread that waits for it; threads get
      * the GIL at the interpreter's switch interval, as from any other C call).  Only when
-     * nothing is ready does the wait block, with the GIL released. */
-    int now_first = timeout != 0;
+     * nothing is ready does the wait block, with the GIL released.  A zero timeout never
+     * blocks, so that call is the whole wait (an event loop's tick after a busy one). */
+    int now_first = 1;
     for (;;) {
         int count;
         if (now_first) {
             now_first = 0;
             count = wait(call, 0);
-            if (count == 0) {
+            if (count == 0 && timeout != 0) {
                 continue; /* nothing yet: the blocking wait */
             }
         }
