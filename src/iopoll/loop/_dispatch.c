@@ -519,6 +519,12 @@ runs_once(PyObject *callback)
     if (kind == S.repeat_type) {
         return 0;
     }
+    /* A record with no __dict__ (they have __slots__, none named `once`) reads its
+     * class's attribute: found through the type's attribute cache, without a getattr. */
+    PyObject *found = kind->tp_dictoffset == 0 ? _PyType_Lookup(kind, S.s_once) : NULL;
+    if (found == Py_True || found == Py_False) {
+        return found == Py_True;
+    }
     PyObject *once = PyObject_GetAttr(callback, S.s_once);
     if (once == NULL) {
         return -1;

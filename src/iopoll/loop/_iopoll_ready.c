@@ -113,15 +113,28 @@ iopoll_queue_ready(PyObject *self, PyObject *ready)
 {
     PyObject *queue = Py_XNewRef(peek(self, S.queue));
     PyObject *wakeup = Py_XNewRef(peek(self, S.wakeup));
-    PyObject *iterator = queue == NULL || wakeup == NULL ? NULL : PyObject_GetIter(ready);
-    PyObject *watcher;
-    int failed = iterator == NULL;
-    while (!failed && (watcher = PyIter_Next(iterator)) != NULL) {
-        failed = queue_one(self, queue, wakeup, watcher) < 0;
-        Py_DECREF(watcher);
+    int failed = queue == NULL || wakeup == NULL;
+    if (!failed && PyList_CheckExact(ready)) {
+        /* wait()'s own list, by index: a signal's wakeup runs Python code that could
+         * change a list, so its length is read again each time, as list iteration does. */
+        Py_INCREF(ready);
+        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(ready); i++) {
+            PyObject *watcher = Py_NewRef(PyList_GET_ITEM(ready, i));
+            failed = queue_one(self, queue, wakeup, watcher) < 0;
+            Py_DECREF(watcher);
+        }
+        Py_DECREF(ready);
     }
-    failed = failed || PyErr_Occurred() != NULL;
-    Py_XDECREF(iterator);
+    else if (!failed) {
+        PyObject *iterator = PyObject_GetIter(ready), *watcher;
+        failed = iterator == NULL;
+        while (!failed && (watcher = PyIter_Next(iterator)) != NULL) {
+            failed = queue_one(self, queue, wakeup, watcher) < 0;
+            Py_DECREF(watcher);
+        }
+        failed = failed || PyErr_Occurred() != NULL;
+        Py_XDECREF(iterator);
+    }
     Py_XDECREF(queue);
     Py_XDECREF(wakeup);
     if (failed) {
