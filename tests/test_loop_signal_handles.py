@@ -27,6 +27,7 @@ from iopoll.loop import (
     SelectorsDriver,
     TracingDriver,
 )
+from iopoll.loop._signals import only_thread
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "pthread_sigmask"), reason="needs POSIX signals and pthread_sigmask"
@@ -91,6 +92,8 @@ def signal_state() -> Iterator[None]:
 
 @pytest.fixture(params=HANDLE_DRIVERS)
 def loop(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    if not only_thread():
+        pytest.skip("another thread runs in this process: the driver takes a handler instead")
     driver: Driver = request.param()
     yield driver
     for callback_id in driver.get_identifiers():
@@ -369,3 +372,33 @@ def test_without_signal_handles_a_handler_and_the_wakeup_fd(make: Callable[[], A
     assert signal.getsignal(signal.SIGUSR1) is handler
     assert current_wakeup_fd() == -1
     driver.close()
+
+
+@pytest.mark.parametrize("backend", HANDLE_BACKENDS or [None], ids=lambda b: str(b))
+def test_with_another_thread_running_a_handler_and_the_wakeup_fd(
+    backend: Backend | None, recorded: list[int]
+) -> None:
+    """The other thread does not block SIGUSR1, so the kernel would hand the signal to it and
+    a SignalHandle would never see it: the driver takes the handler and the wakeup fd."""
+    if backend is None:
+        pytest.skip("no backend with signal handles here")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert not only_thread()
+        driver = IoPollDriver(backend)
+        mask = blocked()
+        got: list[int] = []
+        callback_id = driver.on_signal(signal.SIGUSR1, lambda cid, s: got.append(s))
+        assert signal_watchers(driver) == [] and current_wakeup_fd() != -1
+        assert blocked() == mask
+        driver.delay(0.01, lambda cid: kill(signal.SIGUSR1))
+        driver.delay(0.2, lambda cid: driver.cancel(callback_id))
+        driver.run()
+        assert got == [signal.SIGUSR1]
+        assert recorded == []  # the previous handler is restored, and never saw it
+        driver.close()
+    finally:
+        release.set()
+        other.join()

@@ -2,10 +2,20 @@
 
 Where the backend ``supports_signal_handles()`` (Linux ``EPOLL``/``POLL``), signals come
 through ``SignalHandle`` watchers in the same Context (``HandleSignals``), not through a
-Python handler and ``signal.set_wakeup_fd``.  Every Context of the driver (the fallback one
-too) reports the watchers it loses without ``remove()`` (``on_watcher_removed``): their
-streams were closed before their callbacks were cancelled, and ``_lose_stream`` cancels and
-reports those callbacks (the essay in ``_abstract_driver.py``).
+Python handler and ``signal.set_wakeup_fd``, if this is the process's only thread when the
+first signal callback comes.  A handle blocks its signals in the main thread alone, and the
+kernel hands a process-directed signal to any thread that does not block it: with another
+thread running (numpy's BLAS workers, an executor's), the signal would go there, to its
+handler or its default action (for ``SIGUSR1``, the end of the process), and never reach the
+handle.  The handler and the wakeup fd see a signal whichever thread the kernel picks, so
+that is what the driver takes then.  Threads started later inherit the block of the signals
+watched at the time; one watched only after they started is not blocked in them (the
+README's limits of signal handles).
+
+Every Context of the driver (the fallback one too) reports the watchers it loses without
+``remove()`` (``on_watcher_removed``): their streams were closed before their callbacks were
+cancelled, and ``_lose_stream`` cancels and reports those callbacks (the essay in
+``_abstract_driver.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from .._native import Backend, Context
 from ._abstract_driver import AbstractDriver
 from ._callbacks import READ, WRITE, FdEntry
 from ._native_dispatch import accelerate
-from ._signals import HandleSignals, SignalSource
+from ._signals import HandleSignals, SignalSource, only_thread
 
 __all__ = ["IoPollDriver", "PyIoPollDriver"]
 
@@ -112,8 +122,8 @@ class PyIoPollDriver(AbstractDriver[Context]):
     # -- signals -------------------------------------------------------------------------------
 
     def _new_signals(self) -> SignalSource:
-        if not self._poller.backend.supports_signal_handles():
-            return super()._new_signals()  # a handler and the wakeup fd
+        if not self._poller.backend.supports_signal_handles() or not only_thread():
+            return super()._new_signals()  # a handler and the wakeup fd (the module doc)
         # Every signal watcher carries this marker as its data: _queue_ready tells it apart
         # from the fd entries with the one identity test it makes for the wakeup socket.
         marker = self._wakeup = FdEntry(-1, None)

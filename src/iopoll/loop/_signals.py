@@ -17,6 +17,7 @@ reported the source ready, ``close``.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -33,7 +34,16 @@ from _iopoll_core.watcher import Watcher
 
 from ._errors import UnsupportedFeatureError
 
-__all__ = ["SignalSource", "SignalState", "HandleSignals"]
+__all__ = ["SignalSource", "SignalState", "HandleSignals", "only_thread"]
+
+
+def only_thread() -> bool:
+    """Whether the calling thread is the process's only one, counting the threads that C
+    libraries started (which ``threading`` does not see) where ``/proc`` lists them."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
 
 
 class SignalSource(Protocol):
