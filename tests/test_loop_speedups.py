@@ -214,6 +214,7 @@ class Schedule:
             )
         table.append(("live", d._live, "queued", len(d._enable_queue), len(d._defers)))
         table.append(("timers", sorted((e[0], e[1]) for e in d._timers)))
+        table.append(("fifo", list(d._fifo_seqs), [c.id for c in d._fifo_timers]))
         return table
 
 
@@ -333,6 +334,122 @@ def test_the_timer_heap_is_the_one_heapq_keeps(cls: type) -> Any:
     popped = [heapq.heappop(d._timers)[:2] for _ in range(len(d._timers))]
     assert popped == sorted(layout)
     return layout
+
+
+def _activate_now(d: Any) -> None:
+    d._activate(d._enable_queue)
+    d._enable_queue = []
+
+
+def _clocked(cls: type) -> tuple[Any, list[float]]:
+    """A driver on a clock the test sets, with one timer in the heap that never expires (the
+    FIFO starts only once the heap holds one)."""
+    d = cls()
+    clock = [5.0]
+    d._now = lambda: clock[0]
+    d.unreference(d.delay(math.inf, lambda cid: None))
+    return d, clock
+
+
+@both
+def test_a_lone_interval_zero_timer_goes_to_the_heap(cls: type) -> Any:
+    d = cls()
+    clock = [5.0]
+    d._now = lambda: clock[0]
+    first, second = d.delay(0, lambda cid: None), d.delay(0, lambda cid: None)
+    _activate_now(d)
+    assert [e[2].id for e in d._timers] == [first]
+    assert [c.id for c in d._fifo_timers] == [second]
+    d._enqueue_timers()
+    order = [c.id for c in d._queue]
+    assert order == [first, second]
+    return order
+
+
+@both
+def test_interval_zero_timers_go_to_the_fifo_and_the_others_to_the_heap(cls: type) -> Any:
+    """delay(0) and repeat(0) take no heap entry; a timer that ties with one runs in seq order."""
+    d = cls()
+    clock = [5.0]
+    d._now = lambda: clock[0]
+    first = d.delay(1.0, lambda cid: None)  # expires at 6.0, seq 0: the heap
+    clock[0] = 6.0
+    second = d.delay(0, lambda cid: None)  # 6.0, seq 1: the FIFO
+    third = d.repeat(0, lambda cid: None)  # 6.0, seq 2: the FIFO
+    clock[0] = 5.0
+    fourth = d.delay(1.0, lambda cid: None)  # 6.0, seq 3: the heap
+    _activate_now(d)
+    assert [e[1] for e in d._timers] == [0, 3]
+    assert list(d._fifo_seqs) == [1, 2]
+    assert [c.id for c in d._fifo_timers] == [second, third]
+    assert d._fifo_timers[0].entry == 1 and d._fifo_timers[1].entry == 2
+    clock[0] = 6.0
+    d._enqueue_timers()
+    order = [c.id for c in d._queue]
+    assert order == [first, second, third, fourth]
+    assert not d._timers and not d._fifo_timers and not d._fifo_seqs
+    return order
+
+
+@both
+def test_a_dead_fifo_head_never_holds_back_the_timers_behind_it(cls: type) -> Any:
+    """A timer disabled and enabled again leaves its old FIFO entry at the head, with its
+    expiration moved on: the tick must skip it, not read the new expiration off it."""
+    d, clock = _clocked(cls)
+    a = d.delay(0, lambda cid: None)
+    b = d.delay(0, lambda cid: None)
+    clock[0] = 4.0  # the clock went back: both wait in the FIFO
+    _activate_now(d)
+    d._enqueue_timers()
+    assert not d._queue and len(d._fifo_timers) == 2
+    d.disable(a)
+    clock[0] = 6.0
+    d.enable(a)  # a's new expiration, 6.0, is past b's 5.0
+    _activate_now(d)
+    assert [c.id for c in d._fifo_timers] == [a, b, a] and d._dead_timers == 1
+    clock[0] = 5.5
+    d._enqueue_timers()
+    assert [c.id for c in d._queue] == [b]
+    assert [c.id for c in d._fifo_timers] == [a] and d._dead_timers == 0
+    clock[0] = 6.0
+    d._enqueue_timers()
+    assert [c.id for c in d._queue] == [b, a]
+    return [c.id for c in d._queue]
+
+
+@both
+def test_a_clock_that_went_back_sends_an_interval_zero_timer_to_the_heap(cls: type) -> Any:
+    """The FIFO holds its order by checking each expiration against its last one."""
+    d, clock = _clocked(cls)
+    later = d.delay(0, lambda cid: None)
+    clock[0] = 4.0
+    earlier = d.delay(0, lambda cid: None)
+    _activate_now(d)
+    assert [c.id for c in d._fifo_timers] == [later]
+    assert d._timers[0][2].id == earlier  # before the one that never expires
+    clock[0] = 5.0
+    d._enqueue_timers()
+    order = [c.id for c in d._queue]
+    assert order == [earlier, later]
+    return order
+
+
+@both
+def test_dead_fifo_entries_are_swept_when_they_are_half_of_all(cls: type) -> Any:
+    d, clock = _clocked(cls)
+    ids = [d.delay(0, lambda cid: None) for _ in range(100)]
+    clock[0] = 4.0
+    _activate_now(d)
+    for callback_id in ids[:70]:
+        d.disable(callback_id)
+    # The 65th disable swept (65 dead of 100); five more died since.
+    assert len(d._fifo_timers) == len(d._fifo_seqs) == 35 and d._dead_timers == 5
+    assert [c.id for c in d._fifo_timers][5:] == ids[70:]
+    clock[0] = 5.0
+    d._enqueue_timers()
+    order = [c.id for c in d._queue]
+    assert order == ids[70:] and d._dead_timers == 0
+    return order
 
 
 @both

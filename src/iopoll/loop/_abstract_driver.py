@@ -69,7 +69,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._callbacks import READ, Callback, FdEntry, RepeatCallback, check_callback
+from ._callbacks import READ, Callback, FdEntry, RepeatCallback, TimerCallback, check_callback
 from ._errors import InvalidCallbackError, UncaughtError
 from ._interface import ErrorHandler
 from ._registry import CallbackRegistry
@@ -84,6 +84,11 @@ MAX_WAIT = 86_400.0
 # The longest blocking wait while streams are watched, and how often, at most, an idle loop
 # checks that they are still open (the module doc's "Nobody says so").
 IDLE_SLICE = 1.0
+
+
+def _heap_first(entry: tuple[float, int, TimerCallback], expiration: float, seq: int) -> bool:
+    """Whether a heap entry comes before the FIFO's head, as their (expiration, seq) compare."""
+    return entry[0] < expiration or (entry[0] == expiration and entry[1] < seq)
 
 
 class _Poller(Protocol):
@@ -309,7 +314,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         signals = self._signals
         if signals is not None and signals.pending:
             self._enqueue_signals(signals, mark)
-        if self._timers:
+        if self._fifo_timers or self._timers:
             self._enqueue_timers()
 
     def _drain(self) -> None:
@@ -368,15 +373,12 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             or (self._signals is not None and self._signals.pending)
         ):
             return 0.0
-        timers = self._timers
-        while timers and timers[0][2].entry is not timers[0]:
-            heapq.heappop(timers)
-            self._dead_timers -= 1
+        first = self._next_expiration()
         # With streams watched, wait in slices (the module doc's "Nobody says so").
         longest = IDLE_SLICE if self._entries else MAX_WAIT
-        if not timers:
+        if first is None:
             return longest
-        timeout = timers[0][0] - self._now()
+        timeout = first - self._now()
         return 0.0 if timeout < 0 else min(timeout, longest)
 
     def _enqueue_signals(self, signals: SignalSource, mark: int) -> None:
@@ -393,10 +395,28 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             self._idle = False
 
     def _enqueue_timers(self) -> None:
-        timers = self._timers
+        timers, seqs, fifo = self._timers, self._fifo_seqs, self._fifo_timers
         now = self._now()
         queue = self._queue
-        while timers and timers[0][0] <= now:
+        taken, count = 0, len(fifo)  # taken from the front of the FIFO (no callback runs here)
+        while True:
+            while taken < count:
+                callback = fifo[taken]
+                seq = seqs[taken]
+                if callback.entry is not seq:  # dead: its expiration may have moved since
+                    taken += 1
+                    self._dead_timers -= 1
+                elif callback.expiration > now or (
+                    timers and _heap_first(timers[0], callback.expiration, seq)
+                ):
+                    break  # the heap's turn: its head is due only if it comes first
+                else:
+                    taken += 1
+                    callback.entry = None
+                    queue.append(callback)
+                    self._idle = False
+            if not timers or timers[0][0] > now:
+                break
             item = heapq.heappop(timers)
             callback = item[2]
             if callback.entry is not item:
@@ -405,6 +425,9 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             callback.entry = None
             queue.append(callback)
             self._idle = False
+        if taken:
+            del seqs[:taken]  # all of them, unless the clock went back
+            del fifo[:taken]
 
     @staticmethod
     def _refuse_result(callback: Callback, result: object) -> None:

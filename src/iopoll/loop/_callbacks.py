@@ -183,7 +183,8 @@ def new_defer(callback_id: str, fn: Callable[..., Any]) -> DeferCallback:
 
 
 class TimerCallback(Callback):
-    """A delay or repeat: ``expiration`` on the driver clock; ``entry`` is its live heap entry."""
+    """A delay or repeat: ``expiration`` on the driver clock; ``entry``, while it is active,
+    is its heap tuple or its seq in the FIFO (see ``_registry.py``)."""
 
     __slots__ = ("interval", "expiration", "entry")
 
@@ -193,7 +194,7 @@ class TimerCallback(Callback):
         self._init_queued(callback_id, fn)
         self.interval = interval
         self.expiration = now + interval
-        self.entry: tuple[float, int, TimerCallback] | None = None
+        self.entry: tuple[float, int, TimerCallback] | int | None = None
 
 
 class DelayCallback(TimerCallback):

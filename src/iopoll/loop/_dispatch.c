@@ -7,9 +7,105 @@
 
 /* -- activation ---------------------------------------------------------------------------- */
 
+/* The timer heap and the FIFO's two lists, as new references: 0, or -1 on error. */
+static int
+timer_lists(PyObject *self, PyObject **lists)
+{
+    lists[0] = peek(self, S.timers);
+    lists[1] = peek(self, S.fifo_seqs);
+    lists[2] = peek(self, S.fifo_timers);
+    if (lists[0] == NULL || lists[1] == NULL || lists[2] == NULL) {
+        return -1;
+    }
+    if (!PyList_Check(lists[0]) || !PyList_Check(lists[1]) || !PyList_Check(lists[2])) {
+        PyErr_SetString(PyExc_TypeError, "the timer heap and FIFO must be lists");
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        Py_INCREF(lists[i]);
+    }
+    return 0;
+}
+
+/* a >= b, for the FIFO's order: 1, 0, or -1 on error. */
+static int
+not_before(PyObject *a, PyObject *b)
+{
+    if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b)) {
+        return PyFloat_AS_DOUBLE(a) >= PyFloat_AS_DOUBLE(b);
+    }
+    return PyObject_RichCompareBool(a, b, Py_GE);
+}
+
+/* Whether a timer with this expiration goes to the back of the FIFO: its interval is 0, and
+ * it is not before the FIFO's last or, with the FIFO empty, the heap holds a timer. */
+static int
+fits_fifo(PyObject *self, PyObject *callback, PyObject *timers, PyObject *fifo,
+          PyObject *expiration)
+{
+    PyObject *interval = peek(callback, S.interval);
+    if (interval == NULL) {
+        return -1;
+    }
+    int zero = PyFloat_CheckExact(interval) ? PyFloat_AS_DOUBLE(interval) == 0.0
+                                             : PyObject_Not(interval);
+    if (zero <= 0) {
+        return zero;
+    }
+    if (!PyList_GET_SIZE(fifo)) {
+        return PyList_GET_SIZE(timers) != 0;
+    }
+    PyObject *last = peek(self, S.fifo_last);
+    return last == NULL ? -1 : not_before(expiration, last);
+}
+
+/* The timer branch of CallbackRegistry._activate: the FIFO's back or the heap. */
+static int
+activate_timer(PyObject *self, PyObject *callback, PyObject *timers, PyObject *seqs,
+               PyObject *fifo, PyObject *seq)
+{
+    PyObject *expiration = peek(callback, S.expiration);
+    if (expiration == NULL) {
+        return -1;
+    }
+    Py_INCREF(expiration);
+    PyObject *number = PyIter_Next(seq);
+    int failed = -1;
+    if (number == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetNone(PyExc_StopIteration);
+        }
+        goto done;
+    }
+    int in_order = fits_fifo(self, callback, timers, fifo, expiration);
+    if (in_order < 0) {
+        goto done;
+    }
+    if (in_order) {
+        put(callback, S.entry, number);
+        if (PyList_Append(seqs, number) == 0 && PyList_Append(fifo, callback) == 0) {
+            put(self, S.fifo_last, expiration);
+            failed = 0;
+        }
+    }
+    else {
+        PyObject *entry = PyTuple_Pack(3, expiration, number, callback);
+        if (entry == NULL) {
+            goto done;
+        }
+        put(callback, S.entry, entry);
+        failed = loop_heap_push(timers, entry);
+        Py_DECREF(entry);
+    }
+done:
+    Py_DECREF(expiration);
+    Py_XDECREF(number);
+    return failed;
+}
+
 /* One record of CallbackRegistry._activate's loop. */
 static int
-activate_one(PyObject *self, PyObject *callback, PyObject *timers, PyObject *seq)
+activate_one(PyObject *self, PyObject *callback, PyObject *const *lists, PyObject *seq)
 {
     if (add_to(callback, S.queued, -1) < 0) {
         return -1;
@@ -24,26 +120,7 @@ activate_one(PyObject *self, PyObject *callback, PyObject *timers, PyObject *seq
     }
     put_bool(callback, S.invokable, 1);
     if (PyObject_TypeCheck(callback, S.timer_type)) {
-        PyObject *expiration = peek(callback, S.expiration);
-        if (expiration == NULL) {
-            return -1;
-        }
-        PyObject *number = PyIter_Next(seq);
-        if (number == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetNone(PyExc_StopIteration);
-            }
-            return -1;
-        }
-        PyObject *entry = PyTuple_Pack(3, expiration, number, callback);
-        Py_DECREF(number);
-        if (entry == NULL) {
-            return -1;
-        }
-        put(callback, S.entry, entry);
-        int failed = loop_heap_push(timers, entry);
-        Py_DECREF(entry);
-        return failed;
+        return activate_timer(self, callback, lists[0], lists[1], lists[2], seq);
     }
     if (PyObject_TypeCheck(callback, S.stream_type)) {
         PyObject *done = call1(self, S.s_activate_stream, callback);
@@ -74,27 +151,24 @@ activate_one(PyObject *self, PyObject *callback, PyObject *timers, PyObject *seq
 PyObject *
 loop_activate(PyObject *self, PyObject *callbacks)
 {
-    PyObject *timers = peek(self, S.timers);
+    PyObject *lists[3]; /* the heap and the FIFO's seqs and records */
     PyObject *seq = peek(self, S.timer_seq);
-    if (timers == NULL || seq == NULL) {
+    if (timer_lists(self, lists) < 0 || seq == NULL) {
         return NULL;
     }
-    if (!PyList_Check(timers)) {
-        PyErr_SetString(PyExc_TypeError, "the timer heap must be a list");
-        return NULL;
-    }
-    Py_INCREF(timers);
     Py_INCREF(seq);
     PyObject *iterator = PyObject_GetIter(callbacks);
     PyObject *callback = NULL;
     int failed = iterator == NULL;
     while (!failed && (callback = PyIter_Next(iterator)) != NULL) {
-        failed = activate_one(self, callback, timers, seq) < 0;
+        failed = activate_one(self, callback, lists, seq) < 0;
         Py_DECREF(callback);
     }
     failed = failed || PyErr_Occurred() != NULL;
     Py_XDECREF(iterator);
-    Py_DECREF(timers);
+    for (int i = 0; i < 3; i++) {
+        Py_DECREF(lists[i]);
+    }
     Py_DECREF(seq);
     if (failed) {
         return NULL;
@@ -104,81 +178,162 @@ loop_activate(PyObject *self, PyObject *callbacks)
 
 /* -- one tick ---------------------------------------------------------------------------- */
 
+/* Whether the heap's head is due: 1, 0, or -1 on error. */
+static int
+heap_due(PyObject *timers, PyObject *clock)
+{
+    PyObject *first = PyList_GET_ITEM(timers, 0);
+    PyObject *expiration = PyTuple_Check(first) && PyTuple_GET_SIZE(first)
+                               ? PyTuple_GET_ITEM(first, 0)
+                               : NULL;
+    if (expiration != NULL && PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)) {
+        return PyFloat_AS_DOUBLE(expiration) <= PyFloat_AS_DOUBLE(clock);
+    }
+    Py_INCREF(first);
+    PyObject *head = PySequence_GetItem(first, 0);
+    int due = head == NULL ? -1 : PyObject_RichCompareBool(head, clock, Py_LE);
+    Py_XDECREF(head);
+    Py_DECREF(first);
+    return due;
+}
+
+/* Pop the heap's head, due: its record (a new reference) when it is live, else NULL with
+ * no error set (the entry was dead, now counted).  NULL with an error set on error. */
+static PyObject *
+heap_take(PyObject *self, PyObject *timers)
+{
+    PyObject *item = loop_heap_pop(timers);
+    if (item == NULL) {
+        return NULL;
+    }
+    PyObject *record = PySequence_GetItem(item, 2);
+    PyObject *entry = record == NULL ? NULL : peek(record, S.entry);
+    if (entry != NULL && entry != item) {
+        Py_CLEAR(record);
+        add_to(self, S.dead_timers, -1);
+    }
+    else if (entry == NULL) {
+        Py_CLEAR(record);
+    }
+    Py_DECREF(item);
+    return record;
+}
+
+/* Whether the FIFO's live head waits: it is not due, or the heap's head comes first (then
+ * the heap's head is due only if it comes first).  1, 0, or -1 on error. */
+static int
+fifo_head_waits(PyObject *timers, PyObject *head, PyObject *number, PyObject *clock)
+{
+    PyObject *expiration = peek(head, S.expiration);
+    if (expiration == NULL) {
+        return -1;
+    }
+    Py_INCREF(expiration); /* a comparison may run Python code */
+    int waits = PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)
+                    ? PyFloat_AS_DOUBLE(expiration) > PyFloat_AS_DOUBLE(clock)
+                    : PyObject_RichCompareBool(expiration, clock, Py_GT);
+    if (waits == 0 && PyList_GET_SIZE(timers)) {
+        PyObject *first = Py_NewRef(PyList_GET_ITEM(timers, 0));
+        waits = loop_heap_first(first, expiration, number);
+        Py_DECREF(first);
+    }
+    Py_DECREF(expiration);
+    return waits;
+}
+
+/* Queue a due timer's record: its entry gone, the tick not idle. */
+static int
+queue_timer(PyObject *self, PyObject *queue, PyObject *callback)
+{
+    put(callback, S.entry, Py_None);
+    PyObject *done = DEQUE_APPEND(queue, callback);
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    return put_bool(self, S.idle, 0);
+}
+
 PyObject *
 loop_enqueue_timers(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *timers = peek(self, S.timers);
-    if (timers == NULL) {
+    PyObject *lists[3];
+    if (timer_lists(self, lists) < 0) {
         return NULL;
     }
-    if (!PyList_Check(timers)) {
-        PyErr_SetString(PyExc_TypeError, "the timer heap must be a list");
-        return NULL;
-    }
-    Py_INCREF(timers);
+    PyObject *timers = lists[0], *seqs = lists[1], *fifo = lists[2];
     PyObject *clock = now(self), *queue = NULL;
     if (clock == NULL || (queue = peek(self, S.queue)) == NULL) {
         goto error;
     }
     Py_INCREF(queue);
-    while (PyList_GET_SIZE(timers)) {
-        PyObject *first = PyList_GET_ITEM(timers, 0);
-        PyObject *expiration = PyTuple_Check(first) && PyTuple_GET_SIZE(first)
-                                   ? PyTuple_GET_ITEM(first, 0)
-                                   : NULL;
-        int due;
-        if (expiration != NULL && PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)) {
-            due = PyFloat_AS_DOUBLE(expiration) <= PyFloat_AS_DOUBLE(clock);
+    /* Taken from the front of the FIFO; the sizes are read again, as a comparison of
+     * something other than floats may run Python code. */
+    Py_ssize_t taken = 0;
+    for (;;) {
+        while (taken < PyList_GET_SIZE(fifo) && taken < PyList_GET_SIZE(seqs)) {
+            PyObject *head = Py_NewRef(PyList_GET_ITEM(fifo, taken));
+            PyObject *number = Py_NewRef(PyList_GET_ITEM(seqs, taken));
+            PyObject *entry = peek(head, S.entry);
+            int waits = 0, failed = entry == NULL;
+            if (!failed && entry != number) { /* dead: its expiration may have moved since */
+                taken++;
+                failed = add_to(self, S.dead_timers, -1) < 0;
+            }
+            else if (!failed && (waits = fifo_head_waits(timers, head, number, clock)) == 0) {
+                taken++;
+                failed = queue_timer(self, queue, head) < 0;
+            }
+            Py_DECREF(head);
+            Py_DECREF(number);
+            if (failed || waits < 0) {
+                goto error;
+            }
+            if (waits) {
+                break; /* the heap's turn: its head is due only if it comes first */
+            }
         }
-        else {
-            PyObject *head = PySequence_GetItem(first, 0);
-            due = head == NULL ? -1 : PyObject_RichCompareBool(head, clock, Py_LE);
-            Py_XDECREF(head);
+        if (!PyList_GET_SIZE(timers)) {
+            break;
         }
+        int due = heap_due(timers, clock);
         if (due <= 0) {
             if (due < 0) {
                 goto error;
             }
             break;
         }
-        PyObject *item = loop_heap_pop(timers);
-        if (item == NULL) {
-            goto error;
-        }
-        PyObject *callback = PySequence_GetItem(item, 2);
+        PyObject *callback = heap_take(self, timers);
         if (callback == NULL) {
-            Py_DECREF(item);
-            goto error;
+            if (PyErr_Occurred()) {
+                goto error;
+            }
+            continue; /* a dead entry */
         }
-        PyObject *entry = peek(callback, S.entry);
-        int failed;
-        if (entry == NULL) {
-            failed = -1;
-        }
-        else if (entry != item) {
-            failed = add_to(self, S.dead_timers, -1);
-        }
-        else {
-            put(callback, S.entry, Py_None);
-            PyObject *done = DEQUE_APPEND(queue, callback);
-            Py_XDECREF(done);
-            failed = done == NULL ? -1 : put_bool(self, S.idle, 0);
-        }
+        int failed = queue_timer(self, queue, callback);
         Py_DECREF(callback);
-        Py_DECREF(item);
         if (failed < 0) {
             goto error;
         }
     }
+    /* All of them, unless the clock went back. */
+    if (taken && (PyList_SetSlice(seqs, 0, taken, NULL) < 0
+                  || PyList_SetSlice(fifo, 0, taken, NULL) < 0)) {
+        goto error;
+    }
     Py_DECREF(clock);
     Py_DECREF(queue);
-    Py_DECREF(timers);
+    for (int i = 0; i < 3; i++) {
+        Py_DECREF(lists[i]);
+    }
     Py_RETURN_NONE;
 
 error:
     Py_XDECREF(clock);
     Py_XDECREF(queue);
-    Py_DECREF(timers);
+    for (int i = 0; i < 3; i++) {
+        Py_DECREF(lists[i]);
+    }
     return NULL;
 }
 
@@ -270,8 +425,12 @@ loop_tick(PyObject *self, PyObject *previous_idle)
             return NULL;
         }
     }
-    PyObject *timers = peek(self, S.timers);
-    int any_timers = timers == NULL ? -1 : PyObject_IsTrue(timers);
+    PyObject *fifo = peek(self, S.fifo_timers), *timers = NULL;
+    int any_timers = fifo == NULL ? -1 : PyObject_IsTrue(fifo);
+    if (any_timers == 0) {
+        timers = peek(self, S.timers);
+        any_timers = timers == NULL ? -1 : PyObject_IsTrue(timers);
+    }
     if (any_timers < 0) {
         return NULL;
     }

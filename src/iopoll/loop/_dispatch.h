@@ -16,6 +16,7 @@ typedef struct {
     /* CallbackRegistry */
     PyMemberDef *callbacks, *id_prefix, *id_index, *enable_queue, *defers, *stale_queued;
     PyMemberDef *live, *timers, *timer_seq, *dead_timers, *signal_callbacks, *signals;
+    PyMemberDef *fifo_seqs, *fifo_timers, *fifo_last;
     /* AbstractDriver */
     PyMemberDef *queue, *microtasks, *idle, *stopped, *interrupt, *runner;
     PyMemberDef *fallback_count, *registered, *poller, *fallback, *wakeup;
@@ -248,6 +249,7 @@ typed_call(PyObject *obj, PyTypeObject *type, PyObject *method, PyObject *name, 
 /* heapq.heappush and heapq.heappop on a list of heap entries (_timer_heap.c). */
 int loop_heap_push(PyObject *heap, PyObject *item);
 PyObject *loop_heap_pop(PyObject *heap);
+int loop_heap_first(PyObject *entry, PyObject *expiration, PyObject *seq);
 
 /* The methods of _dispatch.c, put on the driver classes by install(). */
 PyObject *loop_activate(PyObject *self, PyObject *callbacks);

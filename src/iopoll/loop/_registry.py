@@ -2,10 +2,27 @@
 
 The state every driver keeps about its callbacks (the tick that runs them is
 ``AbstractDriver``'s, in ``_abstract_driver.py``): the records by id, the queues of what was
-deferred or enabled since the last tick, the timer heap, the per-fd entries, the signal maps.
-A callback becomes active (enters the timer heap, its fd entry or its signal's map) in the
+deferred or enabled since the last tick, the timers, the per-fd entries, the signal maps.
+A callback becomes active (enters the timers, its fd entry or its signal's map) in the
 tick after it was enabled, and leaves at once when disabled.  ``defer()`` and ``delay()`` are
 hot paths: their helpers are inlined there.
+
+Active timers run in (expiration, seq) order, seq counting activations.  Those of interval 0
+(every ``delay(0)``, every ``repeat(0)``) expire at the clock reading of their registration or
+re-arming, so they arrive in that order already: they go to the back of a FIFO, two parallel
+lists of seqs and records, at O(1) and with no entry object (the clock is checked, not
+trusted: one that went back sends the timer to the heap).  Each is due by the timer phase of
+the tick that activates it, since that phase reads the clock again, so the tick takes the
+whole FIFO and empties it; it keeps the rest only when the clock went back.  The other
+timers go to a heap of (expiration, seq, record) tuples, and the tick takes the earlier of
+the two heads.  The FIFO is for interval 0 only, not for any timer that happens to come in
+order: one long timeout at its back would send every ``delay(0)`` behind it to the heap.  And
+it starts only once the heap holds a timer: a lone timer (a ``repeat(0)`` ticking by itself)
+costs less as a heap of one, with nothing to sift, than as an entry in two lists.
+
+A timer leaves at once when disabled, by losing its ``entry`` (its heap tuple, or its seq in
+the FIFO); the entry it left behind is dead, skipped when it comes up, and counted, so that
+the dead are swept when they are half of all.
 
 It needs five hooks from below, declared abstract here where they are called: ``_now()``
 (the clock), ``_io_update(entry, old, new)`` (register, modify or drop the OS registration of
@@ -64,6 +81,9 @@ class CallbackRegistry(Driver):
         "_stale_queued",
         "_live",
         "_timers",
+        "_fifo_seqs",
+        "_fifo_timers",
+        "_fifo_last",
         "_timer_seq",
         "_dead_timers",
         "_entries",
@@ -85,9 +105,12 @@ class CallbackRegistry(Driver):
         self._defers: list[Callback] = []
         self._stale_queued = 0  # entries of disabled callbacks in _defers and _enable_queue
         self._live = 0  # enabled and referenced callbacks: run() goes on while > 0
-        self._timers: list[tuple[float, int, TimerCallback]] = []
+        self._timers: list[tuple[float, int, TimerCallback]] = []  # the heap
+        self._fifo_seqs: list[int] = []  # the FIFO, side by side with...
+        self._fifo_timers: list[TimerCallback] = []
+        self._fifo_last = 0.0  # the last expiration put in the FIFO (read while it is not empty)
         self._timer_seq = itertools.count()
-        self._dead_timers = 0  # heap entries of timers disabled since: skipped when popped
+        self._dead_timers = 0  # entries of timers disabled since: skipped when they come up
         self._entries: dict[int, FdEntry] = {}
         self._signals: SignalSource | None = None  # made with the first signal callback
         self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
@@ -318,9 +341,19 @@ class CallbackRegistry(Driver):
                 continue  # a later entry activates it, or it was disabled since
             callback.invokable = True
             if isinstance(callback, TimerCallback):
-                entry = (callback.expiration, next(seq), callback)
-                callback.entry = entry
-                heapq.heappush(timers, entry)
+                expiration = callback.expiration
+                fifo = self._fifo_timers
+                # The FIFO's back, or the heap (see the module doc).
+                if not callback.interval and (
+                    expiration >= self._fifo_last if fifo else timers
+                ):
+                    number = callback.entry = next(seq)
+                    self._fifo_seqs.append(number)
+                    fifo.append(callback)
+                    self._fifo_last = expiration
+                else:
+                    entry = callback.entry = (expiration, next(seq), callback)
+                    heapq.heappush(timers, entry)
             elif isinstance(callback, StreamCallback):
                 self._activate_stream(callback)
             elif isinstance(callback, SignalCallback):
@@ -360,10 +393,10 @@ class CallbackRegistry(Driver):
             if callback.entry is not None:
                 callback.entry = None
                 self._dead_timers += 1
-                if self._dead_timers > 64 and self._dead_timers * 2 > len(self._timers):
-                    self._timers = [item for item in self._timers if item[2].entry is item]
-                    heapq.heapify(self._timers)
-                    self._dead_timers = 0
+                if self._dead_timers > 64 and self._dead_timers * 2 > (
+                    len(self._timers) + len(self._fifo_timers)
+                ):
+                    self._sweep_timers()
         elif isinstance(callback, StreamCallback):
             entry = callback.entry
             if entry is not None:
@@ -374,6 +407,36 @@ class CallbackRegistry(Driver):
             callbacks = self._signal_callbacks.get(callback.signum)
             if callbacks is not None:
                 callbacks.pop(callback.id, None)
+
+    def _sweep_timers(self) -> None:
+        """Drop the dead entries from the heap and the FIFO, in place."""
+        timers = self._timers
+        timers[:] = [item for item in timers if item[2].entry is item]
+        heapq.heapify(timers)
+        seqs, fifo = self._fifo_seqs, self._fifo_timers
+        live = [i for i, callback in enumerate(fifo) if callback.entry is seqs[i]]
+        seqs[:] = [seqs[i] for i in live]
+        fifo[:] = [fifo[i] for i in live]
+        self._dead_timers = 0
+
+    def _next_expiration(self) -> float | None:
+        """When the first live timer expires (``None``: no timer), dropping dead heads."""
+        timers = self._timers
+        while timers and timers[0][2].entry is not timers[0]:
+            heapq.heappop(timers)
+            self._dead_timers -= 1
+        seqs, fifo = self._fifo_seqs, self._fifo_timers
+        dead = 0
+        while dead < len(fifo) and fifo[dead].entry is not seqs[dead]:
+            dead += 1
+        if dead:
+            del seqs[:dead]
+            del fifo[:dead]
+            self._dead_timers -= dead
+        if not fifo:
+            return timers[0][0] if timers else None
+        first = fifo[0].expiration
+        return min(first, timers[0][0]) if timers else first
 
     def close(self) -> None:
         """Restore the signal handlers and wakeup fd this driver installed."""

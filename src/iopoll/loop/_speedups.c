@@ -13,9 +13,10 @@
  * `self._error(fn, exc)`, `self._activate_stream(cb)`.  So a driver subclass that
  * overrides one of those is obeyed, and no state lives here: the driver, its callback
  * records and its LoopRunner are Python objects with __slots__, which install() finds once
- * and this code then reads and writes by offset (see _cslots.h).  The timer heap is the
- * driver's list of (expiration, seq, callback) tuples, kept with heapq's own algorithm, so
- * that the Python methods that touch it (heapq.heappop in _blocking_timeout) share it.
+ * and this code then reads and writes by offset (see _cslots.h).  The timers are the
+ * driver's: the FIFO of interval-0 timers (two deques) and the heap, a list of (expiration,
+ * seq, callback) tuples kept with heapq's own algorithm, so that the Python methods that
+ * touch them (_next_expiration, _sweep_timers) share them.
  *
  * This file holds the registration methods and install(); _dispatch.c the run loop, the tick
  * and the drain; _timer_heap.c the heap; _dispatch.h what they share.
@@ -469,6 +470,9 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || !(found.live = member_of(d, "_live")) || !(found.timers = member_of(d, "_timers"))
         || !(found.timer_seq = member_of(d, "_timer_seq"))
         || !(found.dead_timers = member_of(d, "_dead_timers"))
+        || !(found.fifo_seqs = member_of(d, "_fifo_seqs"))
+        || !(found.fifo_timers = member_of(d, "_fifo_timers"))
+        || !(found.fifo_last = member_of(d, "_fifo_last"))
         || !(found.signal_callbacks = member_of(d, "_signal_callbacks"))
         || !(found.signals = member_of(d, "_signals")) || !(found.queue = member_of(d, "_queue"))
         || !(found.microtasks = member_of(d, "_microtasks"))

@@ -1,7 +1,7 @@
 /* The drivers' timer heap in C: heapq's own algorithm (Lib/heapq.py's _siftdown and _siftup)
  * on the driver's list of (expiration, seq, callback) tuples, so that the Python methods
- * that use heapq on the same list (AbstractDriver._blocking_timeout, the compaction in
- * CallbackRegistry._deactivate) find it laid out exactly as they would have left it. */
+ * that use heapq on the same list (CallbackRegistry._next_expiration and _sweep_timers)
+ * find it laid out exactly as they would have left it. */
 
 #include "_dispatch.h"
 
@@ -122,4 +122,36 @@ loop_heap_pop(PyObject *heap)
         return NULL;
     }
     return smallest;
+}
+
+/* _abstract_driver._heap_first: whether a heap entry comes before (expiration, seq), the
+ * FIFO's head; 1, 0, or -1 on error. */
+int
+loop_heap_first(PyObject *entry, PyObject *expiration, PyObject *seq)
+{
+    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3) {
+        PyObject *x = PyTuple_GET_ITEM(entry, 0), *m = PyTuple_GET_ITEM(entry, 1);
+        if (PyFloat_CheckExact(x) && PyFloat_CheckExact(expiration) && PyLong_CheckExact(m)
+            && PyLong_CheckExact(seq)) {
+            double p = PyFloat_AS_DOUBLE(x), q = PyFloat_AS_DOUBLE(expiration);
+            if (p != q) {
+                return p < q;
+            }
+            return m == seq ? 0 : PyObject_RichCompareBool(m, seq, Py_LT);
+        }
+    }
+    Py_INCREF(entry);
+    PyObject *x = PySequence_GetItem(entry, 0);
+    int result = x == NULL ? -1 : PyObject_RichCompareBool(x, expiration, Py_LT);
+    if (result == 0) {
+        result = PyObject_RichCompareBool(x, expiration, Py_EQ);
+        if (result > 0) {
+            PyObject *m = PySequence_GetItem(entry, 1);
+            result = m == NULL ? -1 : PyObject_RichCompareBool(m, seq, Py_LT);
+            Py_XDECREF(m);
+        }
+    }
+    Py_XDECREF(x);
+    Py_DECREF(entry);
+    return result;
 }
