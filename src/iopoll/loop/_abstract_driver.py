@@ -314,7 +314,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         signals = self._signals
         if signals is not None and signals.pending:
             self._enqueue_signals(signals, mark)
-        if self._fifo_timers or self._timers:
+        if self._timers or self._fifo_timers:
             self._enqueue_timers()
 
     def _drain(self) -> None:
@@ -395,28 +395,12 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             self._idle = False
 
     def _enqueue_timers(self) -> None:
-        timers, seqs, fifo = self._timers, self._fifo_seqs, self._fifo_timers
+        timers = self._timers
         now = self._now()
+        if self._fifo_timers:
+            self._enqueue_fifo(now)
         queue = self._queue
-        taken, count = 0, len(fifo)  # taken from the front of the FIFO (no callback runs here)
-        while True:
-            while taken < count:
-                callback = fifo[taken]
-                seq = seqs[taken]
-                if callback.entry is not seq:  # dead: its expiration may have moved since
-                    taken += 1
-                    self._dead_timers -= 1
-                elif callback.expiration > now or (
-                    timers and _heap_first(timers[0], callback.expiration, seq)
-                ):
-                    break  # the heap's turn: its head is due only if it comes first
-                else:
-                    taken += 1
-                    callback.entry = None
-                    queue.append(callback)
-                    self._idle = False
-            if not timers or timers[0][0] > now:
-                break
+        while timers and timers[0][0] <= now:
             item = heapq.heappop(timers)
             callback = item[2]
             if callback.entry is not item:
@@ -425,9 +409,33 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             callback.entry = None
             queue.append(callback)
             self._idle = False
-        if taken:
-            del seqs[:taken]  # all of them, unless the clock went back
-            del fifo[:taken]
+
+    def _enqueue_fifo(self, now: float) -> None:
+        """Queue the FIFO's due timers, each after the heap's that come before it.  The heap's
+        due timers after the last of them are left to the heap's loop."""
+        timers, seqs, fifo = self._timers, self._fifo_seqs, self._fifo_timers
+        queue = self._queue
+        taken = 0
+        for callback in fifo:
+            seq = seqs[taken]
+            if callback.entry is not seq:  # dead: its expiration may have moved since
+                self._dead_timers -= 1
+            elif callback.expiration > now:
+                break  # every due heap timer comes before it
+            else:
+                while timers and _heap_first(timers[0], callback.expiration, seq):
+                    item = heapq.heappop(timers)  # due: it comes first
+                    if item[2].entry is item:
+                        item[2].entry = None
+                        queue.append(item[2])
+                    else:
+                        self._dead_timers -= 1
+                callback.entry = None
+                queue.append(callback)
+                self._idle = False
+            taken += 1
+        del seqs[:taken]  # all of them, unless the clock went back
+        del fifo[:taken]
 
     @staticmethod
     def _refuse_result(callback: Callback, result: object) -> None:

@@ -8,7 +8,7 @@
 /* -- activation ---------------------------------------------------------------------------- */
 
 /* The timer heap and the FIFO's two lists, as new references: 0, or -1 on error. */
-static int
+static inline int
 timer_lists(PyObject *self, PyObject **lists)
 {
     lists[0] = peek(self, S.timers);
@@ -37,12 +37,15 @@ not_before(PyObject *a, PyObject *b)
     return PyObject_RichCompareBool(a, b, Py_GE);
 }
 
-/* Whether a timer with this expiration goes to the back of the FIFO: its interval is 0, and
- * it is not before the FIFO's last or, with the FIFO empty, the heap holds a timer. */
+/* Whether a timer with this expiration goes to the back of the FIFO: the heap holds a
+ * timer, its interval is 0, and it is not before the FIFO's last. */
 static int
 fits_fifo(PyObject *self, PyObject *callback, PyObject *timers, PyObject *fifo,
           PyObject *expiration)
 {
+    if (!PyList_GET_SIZE(timers)) {
+        return 0;
+    }
     PyObject *interval = peek(callback, S.interval);
     if (interval == NULL) {
         return -1;
@@ -53,7 +56,7 @@ fits_fifo(PyObject *self, PyObject *callback, PyObject *timers, PyObject *fifo,
         return zero;
     }
     if (!PyList_GET_SIZE(fifo)) {
-        return PyList_GET_SIZE(timers) != 0;
+        return 1;
     }
     PyObject *last = peek(self, S.fifo_last);
     return last == NULL ? -1 : not_before(expiration, last);
@@ -199,7 +202,7 @@ heap_due(PyObject *timers, PyObject *clock)
 
 /* Pop the heap's head, due: its record (a new reference) when it is live, else NULL with
  * no error set (the entry was dead, now counted).  NULL with an error set on error. */
-static PyObject *
+static inline PyObject *
 heap_take(PyObject *self, PyObject *timers)
 {
     PyObject *item = loop_heap_pop(timers);
@@ -219,83 +222,140 @@ heap_take(PyObject *self, PyObject *timers)
     return record;
 }
 
-/* Whether the FIFO's live head waits: it is not due, or the heap's head comes first (then
- * the heap's head is due only if it comes first).  1, 0, or -1 on error. */
-static int
-fifo_head_waits(PyObject *timers, PyObject *head, PyObject *number, PyObject *clock)
-{
-    PyObject *expiration = peek(head, S.expiration);
-    if (expiration == NULL) {
-        return -1;
-    }
-    Py_INCREF(expiration); /* a comparison may run Python code */
-    int waits = PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)
-                    ? PyFloat_AS_DOUBLE(expiration) > PyFloat_AS_DOUBLE(clock)
-                    : PyObject_RichCompareBool(expiration, clock, Py_GT);
-    if (waits == 0 && PyList_GET_SIZE(timers)) {
-        PyObject *first = Py_NewRef(PyList_GET_ITEM(timers, 0));
-        waits = loop_heap_first(first, expiration, number);
-        Py_DECREF(first);
-    }
-    Py_DECREF(expiration);
-    return waits;
-}
-
-/* Queue a due timer's record: its entry gone, the tick not idle. */
-static int
-queue_timer(PyObject *self, PyObject *queue, PyObject *callback)
+/* Queue a due timer's record: its entry gone (the tick is marked busy by the caller). */
+static inline int
+queue_timer(PyObject *queue, PyObject *callback)
 {
     put(callback, S.entry, Py_None);
     PyObject *done = DEQUE_APPEND(queue, callback);
-    if (done == NULL) {
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* One FIFO entry of AbstractDriver._enqueue_fifo, live and due: the heap's timers that come
+ * before it (due too), then it. */
+static int
+take_fifo_entry(PyObject *self, PyObject *timers, PyObject *queue, PyObject *callback,
+                PyObject *number)
+{
+    for (;;) {
+        if (!PyList_GET_SIZE(timers)) {
+            break;
+        }
+        PyObject *expiration = peek(callback, S.expiration);
+        if (expiration == NULL) {
+            return -1;
+        }
+        Py_INCREF(expiration); /* a comparison may run Python code */
+        PyObject *first = Py_NewRef(PyList_GET_ITEM(timers, 0));
+        int heap_first = loop_heap_first(first, expiration, number);
+        Py_DECREF(first);
+        Py_DECREF(expiration);
+        if (heap_first <= 0) {
+            if (heap_first < 0) {
+                return -1;
+            }
+            break;
+        }
+        PyObject *record = heap_take(self, timers); /* due: it comes first */
+        if (record == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue; /* a dead entry */
+        }
+        int failed = queue_timer(queue, record);
+        Py_DECREF(record);
+        if (failed < 0) {
+            return -1;
+        }
+    }
+    if (queue_timer(queue, callback) < 0) {
         return -1;
     }
-    Py_DECREF(done);
     return put_bool(self, S.idle, 0);
+}
+
+/* AbstractDriver._enqueue_fifo: the FIFO's due timers, each after the heap's that come
+ * before it; the heap's due timers after the last of them are left to the heap's loop. */
+static int
+enqueue_fifo(PyObject *self, PyObject *clock)
+{
+    PyObject *lists[3];
+    if (timer_lists(self, lists) < 0) {
+        return -1;
+    }
+    PyObject *timers = lists[0], *seqs = lists[1], *fifo = lists[2];
+    PyObject *queue = peek(self, S.queue);
+    int failed = queue == NULL;
+    Py_XINCREF(queue);
+    /* The sizes are read again on each step: a comparison of something other than floats
+     * may run Python code. */
+    Py_ssize_t taken = 0;
+    while (!failed && taken < PyList_GET_SIZE(fifo) && taken < PyList_GET_SIZE(seqs)) {
+        PyObject *callback = Py_NewRef(PyList_GET_ITEM(fifo, taken));
+        PyObject *number = Py_NewRef(PyList_GET_ITEM(seqs, taken));
+        PyObject *entry = peek(callback, S.entry), *expiration = NULL;
+        int later = 0;
+        if (entry == NULL) {
+            failed = 1;
+        }
+        else if (entry != number) { /* dead: its expiration may have moved since */
+            failed = add_to(self, S.dead_timers, -1) < 0;
+        }
+        else if ((expiration = peek(callback, S.expiration)) == NULL) {
+            failed = 1;
+        }
+        else {
+            later = PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)
+                        ? PyFloat_AS_DOUBLE(expiration) > PyFloat_AS_DOUBLE(clock)
+                        : PyObject_RichCompareBool(expiration, clock, Py_GT);
+            failed = later < 0
+                     || (!later && take_fifo_entry(self, timers, queue, callback, number) < 0);
+        }
+        Py_DECREF(callback);
+        Py_DECREF(number);
+        if (later) {
+            break; /* every due heap timer comes before it */
+        }
+        taken++;
+    }
+    /* All of them, unless the clock went back. */
+    if (!failed && taken
+        && (PyList_SetSlice(seqs, 0, taken, NULL) < 0
+            || PyList_SetSlice(fifo, 0, taken, NULL) < 0)) {
+        failed = 1;
+    }
+    Py_XDECREF(queue);
+    for (int i = 0; i < 3; i++) {
+        Py_DECREF(lists[i]);
+    }
+    return failed ? -1 : 0;
 }
 
 PyObject *
 loop_enqueue_timers(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *lists[3];
-    if (timer_lists(self, lists) < 0) {
+    PyObject *timers = peek(self, S.timers);
+    if (timers == NULL) {
         return NULL;
     }
-    PyObject *timers = lists[0], *seqs = lists[1], *fifo = lists[2];
-    PyObject *clock = now(self), *queue = NULL;
-    if (clock == NULL || (queue = peek(self, S.queue)) == NULL) {
+    if (!PyList_Check(timers)) {
+        PyErr_SetString(PyExc_TypeError, "the timer heap must be a list");
+        return NULL;
+    }
+    Py_INCREF(timers);
+    PyObject *clock = now(self), *queue = NULL, *fifo = NULL;
+    if (clock == NULL || (fifo = peek(self, S.fifo_timers)) == NULL) {
+        goto error;
+    }
+    int any = PyObject_IsTrue(fifo);
+    if (any < 0 || (any && enqueue_fifo(self, clock) < 0)
+        || (queue = peek(self, S.queue)) == NULL) {
         goto error;
     }
     Py_INCREF(queue);
-    /* Taken from the front of the FIFO; the sizes are read again, as a comparison of
-     * something other than floats may run Python code. */
-    Py_ssize_t taken = 0;
-    for (;;) {
-        while (taken < PyList_GET_SIZE(fifo) && taken < PyList_GET_SIZE(seqs)) {
-            PyObject *head = Py_NewRef(PyList_GET_ITEM(fifo, taken));
-            PyObject *number = Py_NewRef(PyList_GET_ITEM(seqs, taken));
-            PyObject *entry = peek(head, S.entry);
-            int waits = 0, failed = entry == NULL;
-            if (!failed && entry != number) { /* dead: its expiration may have moved since */
-                taken++;
-                failed = add_to(self, S.dead_timers, -1) < 0;
-            }
-            else if (!failed && (waits = fifo_head_waits(timers, head, number, clock)) == 0) {
-                taken++;
-                failed = queue_timer(self, queue, head) < 0;
-            }
-            Py_DECREF(head);
-            Py_DECREF(number);
-            if (failed || waits < 0) {
-                goto error;
-            }
-            if (waits) {
-                break; /* the heap's turn: its head is due only if it comes first */
-            }
-        }
-        if (!PyList_GET_SIZE(timers)) {
-            break;
-        }
+    while (PyList_GET_SIZE(timers)) {
         int due = heap_due(timers, clock);
         if (due <= 0) {
             if (due < 0) {
@@ -310,30 +370,21 @@ loop_enqueue_timers(PyObject *self, PyObject *Py_UNUSED(ignored))
             }
             continue; /* a dead entry */
         }
-        int failed = queue_timer(self, queue, callback);
+        int failed = queue_timer(queue, callback);
         Py_DECREF(callback);
-        if (failed < 0) {
+        if (failed < 0 || put_bool(self, S.idle, 0) < 0) {
             goto error;
         }
     }
-    /* All of them, unless the clock went back. */
-    if (taken && (PyList_SetSlice(seqs, 0, taken, NULL) < 0
-                  || PyList_SetSlice(fifo, 0, taken, NULL) < 0)) {
-        goto error;
-    }
     Py_DECREF(clock);
     Py_DECREF(queue);
-    for (int i = 0; i < 3; i++) {
-        Py_DECREF(lists[i]);
-    }
+    Py_DECREF(timers);
     Py_RETURN_NONE;
 
 error:
     Py_XDECREF(clock);
     Py_XDECREF(queue);
-    for (int i = 0; i < 3; i++) {
-        Py_DECREF(lists[i]);
-    }
+    Py_DECREF(timers);
     return NULL;
 }
 
@@ -425,11 +476,11 @@ loop_tick(PyObject *self, PyObject *previous_idle)
             return NULL;
         }
     }
-    PyObject *fifo = peek(self, S.fifo_timers), *timers = NULL;
-    int any_timers = fifo == NULL ? -1 : PyObject_IsTrue(fifo);
+    PyObject *timers = peek(self, S.timers), *fifo = NULL;
+    int any_timers = timers == NULL ? -1 : PyObject_IsTrue(timers);
     if (any_timers == 0) {
-        timers = peek(self, S.timers);
-        any_timers = timers == NULL ? -1 : PyObject_IsTrue(timers);
+        fifo = peek(self, S.fifo_timers);
+        any_timers = fifo == NULL ? -1 : PyObject_IsTrue(fifo);
     }
     if (any_timers < 0) {
         return NULL;

@@ -17,8 +17,8 @@ whole FIFO and empties it; it keeps the rest only when the clock went back.  The
 timers go to a heap of (expiration, seq, record) tuples, and the tick takes the earlier of
 the two heads.  The FIFO is for interval 0 only, not for any timer that happens to come in
 order: one long timeout at its back would send every ``delay(0)`` behind it to the heap.  And
-it starts only once the heap holds a timer: a lone timer (a ``repeat(0)`` ticking by itself)
-costs less as a heap of one, with nothing to sift, than as an entry in two lists.
+it takes timers only while the heap holds one: a lone timer (a ``repeat(0)`` ticking by
+itself) costs less as a heap of one, with nothing to sift, than as an entry in two lists.
 
 A timer leaves at once when disabled, by losing its ``entry`` (its heap tuple, or its seq in
 the FIFO); the entry it left behind is dead, skipped when it comes up, and counted, so that
@@ -333,7 +333,7 @@ class CallbackRegistry(Driver):
     # -- activation ------------------------------------------------------------------------------
 
     def _activate(self, callbacks: Iterable[Callback]) -> None:
-        timers = self._timers
+        timers, fifo = self._timers, self._fifo_timers
         seq = self._timer_seq
         for callback in callbacks:
             queued = callback.queued = callback.queued - 1
@@ -341,18 +341,18 @@ class CallbackRegistry(Driver):
                 continue  # a later entry activates it, or it was disabled since
             callback.invokable = True
             if isinstance(callback, TimerCallback):
-                expiration = callback.expiration
-                fifo = self._fifo_timers
                 # The FIFO's back, or the heap (see the module doc).
-                if not callback.interval and (
-                    expiration >= self._fifo_last if fifo else timers
+                if (
+                    timers
+                    and not callback.interval
+                    and (not fifo or callback.expiration >= self._fifo_last)
                 ):
                     number = callback.entry = next(seq)
                     self._fifo_seqs.append(number)
                     fifo.append(callback)
-                    self._fifo_last = expiration
+                    self._fifo_last = callback.expiration
                 else:
-                    entry = callback.entry = (expiration, next(seq), callback)
+                    entry = callback.entry = (callback.expiration, next(seq), callback)
                     heapq.heappush(timers, entry)
             elif isinstance(callback, StreamCallback):
                 self._activate_stream(callback)
