@@ -341,6 +341,12 @@ def _activate_now(d: Any) -> None:
     d._enable_queue = []
 
 
+def _queued_by_timers(d: Any) -> list[str]:
+    """The ids in the run queue after the timer phase of a tick."""
+    d._enqueue_timers()
+    return [c.id for c in d._queue]
+
+
 def _clocked(cls: type) -> tuple[Any, list[float]]:
     """A driver on a clock the test sets, with one timer in the heap that never expires (the
     FIFO starts only once the heap holds one)."""
@@ -360,8 +366,7 @@ def test_a_lone_interval_zero_timer_goes_to_the_heap(cls: type) -> Any:
     _activate_now(d)
     assert [e[2].id for e in d._timers] == [first]
     assert [c.id for c in d._fifo_timers] == [second]
-    d._enqueue_timers()
-    order = [c.id for c in d._queue]
+    order = _queued_by_timers(d)
     assert order == [first, second]
     return order
 
@@ -384,8 +389,7 @@ def test_interval_zero_timers_go_to_the_fifo_and_the_others_to_the_heap(cls: typ
     assert [c.id for c in d._fifo_timers] == [second, third]
     assert d._fifo_timers[0].entry == 1 and d._fifo_timers[1].entry == 2
     clock[0] = 6.0
-    d._enqueue_timers()
-    order = [c.id for c in d._queue]
+    order = _queued_by_timers(d)
     assert order == [first, second, third, fourth]
     assert not d._timers and not d._fifo_timers and not d._fifo_seqs
     return order
@@ -428,8 +432,7 @@ def test_a_clock_that_went_back_sends_an_interval_zero_timer_to_the_heap(cls: ty
     assert [c.id for c in d._fifo_timers] == [later]
     assert d._timers[0][2].id == earlier  # before the one that never expires
     clock[0] = 5.0
-    d._enqueue_timers()
-    order = [c.id for c in d._queue]
+    order = _queued_by_timers(d)
     assert order == [earlier, later]
     return order
 
@@ -446,8 +449,7 @@ def test_dead_fifo_entries_are_swept_when_they_are_half_of_all(cls: type) -> Any
     assert len(d._fifo_timers) == len(d._fifo_seqs) == 35 and d._dead_timers == 5
     assert [c.id for c in d._fifo_timers][5:] == ids[70:]
     clock[0] = 5.0
-    d._enqueue_timers()
-    order = [c.id for c in d._queue]
+    order = _queued_by_timers(d)
     assert order == ids[70:] and d._dead_timers == 0
     return order
 
