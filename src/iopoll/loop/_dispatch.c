@@ -1,7 +1,8 @@
 /* The run loop, one tick, the drain and the timer queue of iopoll.loop's drivers in C: the
  * methods AbstractDriver._loop, _tick, _drain, _run_microtasks and CallbackRegistry._activate
- * and AbstractDriver._enqueue_timers, line for line (see _speedups.c for the whole).  The
- * timer heap they keep is _timer_heap.c's. */
+ * and AbstractDriver._enqueue_timers with its _enqueue_fifo (called here directly, not by
+ * name: it is no hook), line for line (see _speedups.c for the whole).  The timer heap they
+ * keep is _timer_heap.c's. */
 
 #include "_dispatch.h"
 
