@@ -347,21 +347,20 @@ def _queued_by_timers(d: Any) -> list[str]:
     return [c.id for c in d._queue]
 
 
-def _clocked(cls: type) -> tuple[Any, list[float]]:
-    """A driver on a clock the test sets, with one timer in the heap that never expires (the
-    FIFO starts only once the heap holds one)."""
+def _clocked(cls: type, *, heap_timer: bool = True) -> tuple[Any, list[float]]:
+    """A driver on a clock the test sets, with (``heap_timer``) one timer in the heap that
+    never expires: the FIFO takes timers only while the heap holds one."""
     d = cls()
     clock = [5.0]
     d._now = lambda: clock[0]
-    d.unreference(d.delay(math.inf, lambda cid: None))
+    if heap_timer:
+        d.unreference(d.delay(math.inf, lambda cid: None))
     return d, clock
 
 
 @both
 def test_a_lone_interval_zero_timer_goes_to_the_heap(cls: type) -> Any:
-    d = cls()
-    clock = [5.0]
-    d._now = lambda: clock[0]
+    d, _ = _clocked(cls, heap_timer=False)
     first, second = d.delay(0, lambda cid: None), d.delay(0, lambda cid: None)
     _activate_now(d)
     assert [e[2].id for e in d._timers] == [first]
@@ -374,9 +373,7 @@ def test_a_lone_interval_zero_timer_goes_to_the_heap(cls: type) -> Any:
 @both
 def test_interval_zero_timers_go_to_the_fifo_and_the_others_to_the_heap(cls: type) -> Any:
     """delay(0) and repeat(0) take no heap entry; a timer that ties with one runs in seq order."""
-    d = cls()
-    clock = [5.0]
-    d._now = lambda: clock[0]
+    d, clock = _clocked(cls, heap_timer=False)
     first = d.delay(1.0, lambda cid: None)  # expires at 6.0, seq 0: the heap
     clock[0] = 6.0
     second = d.delay(0, lambda cid: None)  # 6.0, seq 1: the FIFO

@@ -28,16 +28,6 @@ timer_lists(PyObject *self, PyObject **lists)
     return 0;
 }
 
-/* a >= b, for the FIFO's order: 1, 0, or -1 on error. */
-static int
-not_before(PyObject *a, PyObject *b)
-{
-    if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b)) {
-        return PyFloat_AS_DOUBLE(a) >= PyFloat_AS_DOUBLE(b);
-    }
-    return PyObject_RichCompareBool(a, b, Py_GE);
-}
-
 /* Whether a timer with this expiration goes to the back of the FIFO: the heap holds a
  * timer, its interval is 0, and it is not before the FIFO's last. */
 static int
@@ -60,7 +50,7 @@ fits_fifo(PyObject *self, PyObject *callback, PyObject *timers, PyObject *fifo,
         return 1;
     }
     PyObject *last = peek(self, S.fifo_last);
-    return last == NULL ? -1 : not_before(expiration, last);
+    return last == NULL ? -1 : ordered(expiration, last, Py_GE);
 }
 
 /* The timer branch of CallbackRegistry._activate: the FIFO's back or the heap. */
@@ -186,16 +176,11 @@ loop_activate(PyObject *self, PyObject *callbacks)
 static int
 heap_due(PyObject *timers, PyObject *clock)
 {
-    PyObject *first = PyList_GET_ITEM(timers, 0);
-    PyObject *expiration = PyTuple_Check(first) && PyTuple_GET_SIZE(first)
-                               ? PyTuple_GET_ITEM(first, 0)
-                               : NULL;
-    if (expiration != NULL && PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)) {
-        return PyFloat_AS_DOUBLE(expiration) <= PyFloat_AS_DOUBLE(clock);
-    }
-    Py_INCREF(first);
-    PyObject *head = PySequence_GetItem(first, 0);
-    int due = head == NULL ? -1 : PyObject_RichCompareBool(head, clock, Py_LE);
+    PyObject *first = Py_NewRef(PyList_GET_ITEM(timers, 0));
+    PyObject *head = PyTuple_Check(first) && PyTuple_GET_SIZE(first)
+                         ? Py_NewRef(PyTuple_GET_ITEM(first, 0))
+                         : PySequence_GetItem(first, 0);
+    int due = head == NULL ? -1 : ordered(head, clock, Py_LE);
     Py_XDECREF(head);
     Py_DECREF(first);
     return due;
@@ -308,9 +293,7 @@ enqueue_fifo(PyObject *self, PyObject *clock)
             failed = 1;
         }
         else {
-            later = PyFloat_CheckExact(expiration) && PyFloat_CheckExact(clock)
-                        ? PyFloat_AS_DOUBLE(expiration) > PyFloat_AS_DOUBLE(clock)
-                        : PyObject_RichCompareBool(expiration, clock, Py_GT);
+            later = ordered(expiration, clock, Py_GT);
             failed = later < 0
                      || (!later && take_fifo_entry(self, timers, queue, callback, number) < 0);
         }

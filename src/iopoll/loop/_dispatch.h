@@ -206,6 +206,27 @@ native_index(PyObject *self)
     return -1;
 }
 
+/* a <op> b for an order (Py_LT, Py_LE, Py_GT, Py_GE), as Python compares them, without a
+ * call when both are floats (a timer's expiration and the clock): 1, 0, or -1 on error. */
+static inline int
+ordered(PyObject *a, PyObject *b, int op)
+{
+    if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b)) {
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        switch (op) {
+        case Py_LT:
+            return x < y;
+        case Py_LE:
+            return x <= y;
+        case Py_GT:
+            return x > y;
+        default:
+            return x >= y;
+        }
+    }
+    return PyObject_RichCompareBool(a, b, op);
+}
+
 /* self._now(): time.monotonic called directly for a class install() was given that keeps
  * AbstractDriver's clock; a subclass may have a clock of its own. */
 static inline PyObject *
