@@ -27,6 +27,7 @@ from iopoll.loop import (
     UncaughtError,
     UnsupportedFeatureError,
 )
+from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
 from iopoll_conformance.loop import receive_once
 
@@ -354,7 +355,8 @@ def test_set_driver_refused_while_running() -> None:
 greenlet = pytest.importorskip("greenlet")
 
 
-@pytest.mark.parametrize("make", DRIVERS)
+# The C suspension round trip (on the accelerated drivers) and the Python reference.
+@pytest.mark.parametrize("make", [*DRIVERS, pytest.param(PyIoPollDriver, id="pure")])
 class TestSuspension:
     def test_main_suspend_runs_loop_until_resumed(self, make: Any) -> None:
         d = make()

@@ -67,7 +67,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ._callbacks import READ, Callback, FdEntry, RepeatCallback, TimerCallback, check_callback
 from ._errors import InvalidCallbackError, UncaughtError
@@ -118,6 +118,8 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
     )
 
     _now = staticmethod(time.monotonic)
+    # Makes the LoopRunner (a subclass with C methods, for the accelerated drivers).
+    _runner_type: ClassVar[type[LoopRunner]] = LoopRunner
 
     def __init__(self, poller: P) -> None:
         super().__init__()
@@ -127,7 +129,9 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._stopped = False
         self._interrupt: Any = None  # an exception for run(), or a resumed main Suspension
         self._error_handler: ErrorHandler | None = None
-        self._runner = LoopRunner(self._loop, self._interrupt_with, self._microtasks.append)
+        self._runner = self._runner_type(
+            self._loop, self._interrupt_with, self._microtasks.append
+        )
         self._poller = poller
         self._fallback: P | None = None  # for the streams the poller refuses
         self._fallback_count = 0  # fds in the fallback poller: they make every wait a poll

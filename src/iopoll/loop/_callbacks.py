@@ -83,6 +83,8 @@ def check_callback(fn: object, name: str = "callback") -> None:
                 f"an async def function is not a callback (got {fn!r})"
             )
         return
+    if type(fn) is types.BuiltinFunctionType:  # a C function or bound method: never async
+        return
     if not callable(fn):
         raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
     if code is None and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):

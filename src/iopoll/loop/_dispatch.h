@@ -11,6 +11,9 @@
 
 #define CO_ASYNC (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
 
+/* The end of the docstring of each method installed. */
+#define C_NOTE "\n\nRuns in C (iopoll.loop._speedups); the Python method is the reference."
+
 /* The slots used and the classes and names needed, found by the first install(). */
 typedef struct {
     /* CallbackRegistry */
@@ -47,6 +50,7 @@ typedef struct {
     PyObject *s_popleft, *s_append, *s_extend, *s_pending, *s_once, *s_arg, *s_code;
     PyObject *s_co_flags, *s_seconds, *s_interval, *s_fn;
     PyObject *s_wait, *s_context_wait, *s_queue_ready, *s_idle_wait, *s_signals_ready, *s_values;
+    PyObject *s_suspension;
     /* IoPollDriver's _wait and _queue_ready (install_io()): Watcher and FdEntry slots */
     PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
     PyTypeObject *entry_type; /* FdEntry */
@@ -280,6 +284,12 @@ PyObject *loop_run_microtasks(PyObject *self, PyObject *ignored);
 PyObject *loop_drain(PyObject *self, PyObject *ignored);
 PyObject *loop_run(PyObject *self, PyObject *fresh);
 PyObject *loop_poll(PyObject *self, PyObject *timeout);
+
+/* The suspension round trip (_suspend.c): the driver's get_suspension(), put on it by
+ * install(), and the module function that puts the rest on LoopRunner and Suspension
+ * subclasses. */
+PyObject *loop_get_suspension(PyObject *self, PyObject *ignored);
+PyObject *install_suspensions(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* IoPollDriver's methods (_iopoll_ready.c), put on it by install_io(). */
 PyObject *iopoll_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -4,6 +4,10 @@
 (``PyIoPollDriver``, ``PySelectorsDriver``) that ``accelerate()`` gives the C versions of the
 methods a busy loop runs per callback and per tick (``_speedups.method_names()``).  The
 parents keep the Python methods, which are the reference: the tests run both.
+
+Their suspensions go the same way: such a driver's ``LoopRunner`` is a ``NativeLoopRunner``,
+which hands out ``NativeSuspension`` objects, and both get the C versions of the methods one
+suspension and its resumption run (``_suspend.c``).
 """
 
 from __future__ import annotations
@@ -13,9 +17,23 @@ from typing import Any
 
 from .._native import install_accelerator
 from ._abstract_driver import AbstractDriver
-from ._suspension import LoopRunner
+from ._suspension import LoopRunner, Suspension
 
-__all__ = ["accelerate"]
+__all__ = ["NativeLoopRunner", "NativeSuspension", "accelerate"]
+
+
+class NativeSuspension(Suspension):
+    """A ``Suspension`` whose ``suspend()``, ``resume()`` and ``_switch_in()`` are C."""
+
+    __slots__ = ()
+
+
+class NativeLoopRunner(LoopRunner):
+    """A ``LoopRunner`` whose ``suspension()``, ``hand_over()`` and ``_loop_main()`` are C."""
+
+    __slots__ = ()
+
+    _suspension_type = NativeSuspension
 
 
 def accelerate(
@@ -32,9 +50,11 @@ def accelerate(
     """
 
     def install_dispatch() -> None:
-        from ._speedups import install, install_io
+        from ._speedups import install, install_io, install_suspensions
 
         install(cls, AbstractDriver, LoopRunner)
+        install_suspensions(NativeLoopRunner, NativeSuspension)
+        cls._runner_type = NativeLoopRunner
         if io is not None:
             install_io(cls, *io)
 

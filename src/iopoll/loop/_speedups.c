@@ -159,10 +159,14 @@ code_of(PyObject *fn, PyObject **code)
 }
 
 /* defer()'s check: `fn.__code__.co_flags & _CO_ASYNC` refused by the general check, which
- * also runs when either attribute is missing. */
+ * also runs when either attribute is missing, and accepts a C function (the general check's
+ * second test) at once. */
 static int
 check_deferred(PyObject *fn)
 {
+    if (PyCFunction_CheckExact(fn)) {
+        return 0;
+    }
     PyObject *code;
     int found = code_of(fn, &code);
     if (found <= 0) {
@@ -197,6 +201,9 @@ check_deferred(PyObject *fn)
 static int
 check_timed(PyObject *fn)
 {
+    if (PyCFunction_CheckExact(fn)) {
+        return 0; /* what the general check decides at once */
+    }
     PyObject *code;
     int found = code_of(fn, &code);
     if (found < 0) {
@@ -388,8 +395,6 @@ repeat(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
 
 /* -- install() ------------------------------------------------------------------------------ */
 
-#define C_NOTE "\n\nRuns in C (iopoll.loop._speedups); the Python method is the reference."
-
 static PyMethodDef driver_methods[] = {
     {"defer", (PyCFunction)(void (*)(void))defer, METH_FASTCALL | METH_KEYWORDS,
      "defer($self, /, fn)\n--\n\nRun ``fn(id)`` in the next tick; return the id." C_NOTE},
@@ -412,6 +417,8 @@ static PyMethodDef driver_methods[] = {
      "Wait up to ``timeout`` seconds, then queue what is ready." C_NOTE},
     {"_loop", (PyCFunction)loop_run, METH_O,
      "Run ticks until stop() or until no callback keeps the loop alive." C_NOTE},
+    {"get_suspension", (PyCFunction)loop_get_suspension, METH_NOARGS,
+     "The suspension of the current greenlet (needs the ``greenlet`` package)." C_NOTE},
     {NULL, NULL, 0, NULL},
 };
 
@@ -564,6 +571,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         {&found.s_idle_wait, "_idle_wait"},
         {&found.s_signals_ready, "_signals_ready"},
         {&found.s_values, "values"},
+        {&found.s_suspension, "suspension"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -724,6 +732,9 @@ static PyMethodDef module_methods[] = {
     {"install_io", (PyCFunction)(void (*)(void))install_io, METH_FASTCALL,
      "install_io(cls, watcher_type, fd_entry_type, wake_table, stream_lost)\n--\n\n"
      "Put IoPollDriver's C ``_wait`` and ``_queue_ready`` on ``cls``."},
+    {"install_suspensions", (PyCFunction)(void (*)(void))install_suspensions, METH_FASTCALL,
+     "install_suspensions(runner_cls, suspension_cls)\n--\n\n"
+     "Put the C suspension round trip on subclasses of LoopRunner and Suspension."},
     {"method_names", (PyCFunction)method_names, METH_NOARGS,
      "method_names()\n--\n\nThe names of the methods ``install()`` puts on a class."},
     {NULL, NULL, 0, NULL},

@@ -23,7 +23,7 @@ import importlib
 import weakref
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from ._errors import UnsupportedFeatureError
 
@@ -52,130 +52,6 @@ def _no_greenlet() -> Any:
 
 class Superseded(BaseException):
     """Ends a loop greenlet whose callback suspended and was resumed after a successor took over."""
-
-
-class LoopRunner:
-    """Enters one driver's loop (in a loop greenlet when greenlet is installed) and hands out
-    that driver's suspensions.
-
-    The driver supplies ``run_loop(fresh)`` (its loop: ticks until stopped, empty or
-    interrupted), ``interrupt(value)`` (end the loop after the current callback and hand it
-    ``value``, unless an interrupt is pending already) and ``queue((fn, args))`` (append a
-    microtask).
-    """
-
-    __slots__ = (
-        "running",
-        "loop",
-        "getcurrent",
-        "interrupt",
-        "queue",
-        "_run_loop",
-        "_suspensions",
-        "_main",
-        "_last",
-    )
-
-    def __init__(
-        self,
-        run_loop: Callable[[bool], None],
-        interrupt: Callable[[object], None],
-        queue: Callable[[Microtask], None],
-    ) -> None:
-        self.running = False  # run(), or a suspend() of the main greenlet, runs the loop
-        self.loop: Any = None  # the greenlet running the loop; None until greenlet is used
-        self.getcurrent: Callable[[], Any] = _no_greenlet  # greenlet.getcurrent, once in use
-        self.interrupt = interrupt
-        self.queue = queue
-        self._run_loop = run_loop
-        self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
-        self._main: Suspension | None = None  # the root greenlet's suspension
-        self._last: Suspension | None = None  # the one handed out last
-
-    def run(self) -> None:
-        """Run the loop until it ends (``Driver.run()``); raise what interrupted it."""
-        if self.running:
-            raise RuntimeError("The event loop is already running")
-        if greenlet_module() is None:
-            self.running = True
-            try:
-                self._run_loop(True)
-            finally:
-                self.running = False
-            return
-        interrupt = self.enter()
-        if isinstance(interrupt, BaseException):
-            raise interrupt
-
-    def enter(self) -> object:
-        """Switch into the loop greenlet (made afresh if none is pending); return its interrupt:
-        ``None`` when the loop ended, the main ``Suspension`` it resumed, or an exception."""
-        module: Any = greenlet_module()
-        self.getcurrent = module.getcurrent
-        loop = self.loop
-        fresh = loop is None or loop.dead
-        if fresh:
-            loop = self.loop = module.greenlet(self._loop_main)
-        try:
-            loop.parent = module.getcurrent()
-        except ValueError:
-            raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
-        self.running = True
-        try:
-            return loop.switch(True) if fresh else loop.switch()
-        finally:
-            self.running = False
-
-    def _loop_main(self, fresh: bool) -> None:
-        try:
-            self._run_loop(fresh)
-        except Superseded:
-            pass  # back to whoever resumed this greenlet's suspended callback
-
-    def hand_over(self) -> None:
-        """The loop greenlet's callback suspends: a successor greenlet continues the loop."""
-        current = self.loop
-        successor = type(current)(self._loop_main, current.parent)
-        self.loop = successor
-        successor.switch(False)
-
-    def deliver(self, interrupt: object) -> None:
-        """Hand ``interrupt`` to whoever runs the loop (``run()`` or a main ``suspend()``).
-
-        Without greenlet it can only be an exception, and is raised.  With greenlet, the next
-        ``run()`` or main ``suspend()`` switches back in here and the loop goes on.
-        """
-        if self.loop is None:
-            assert isinstance(interrupt, BaseException)
-            raise interrupt
-        self.getcurrent().parent.switch(interrupt)
-
-    def suspension(self) -> Suspension:
-        """The suspension of the current greenlet, one per greenlet (``get_suspension()``)."""
-        # The last one handed out, while its greenlet asks again: a callback that suspends
-        # in a loop asks once per iteration.
-        last = self._last
-        if last is not None and last._greenlet() is self.getcurrent() and not last._dead:
-            return last
-        module: Any = greenlet_module()
-        if module is None:
-            raise UnsupportedFeatureError(
-                "Suspensions need the greenlet package: pip install 'iopoll[greenlet]'"
-            )
-        self.getcurrent = module.getcurrent
-        current = module.getcurrent()
-        if current.parent is None:
-            suspension = self._main
-            if suspension is None or suspension._dead:
-                suspension = self._main = Suspension(self, current, main=True)
-        else:
-            if self._suspensions is None:
-                self._suspensions = weakref.WeakKeyDictionary()
-            suspension = self._suspensions.get(current)
-            if suspension is None:
-                suspension = self._suspensions[current] = Suspension(self, current, main=False)
-        self._last = suspension
-        return suspension
 
 
 class Suspension:
@@ -279,3 +155,131 @@ class Suspension:
     def __repr__(self) -> str:
         state = "dead" if self._dead else "suspended" if self._pending else "idle"
         return f"<Suspension {'main' if self._main else 'greenlet'} {state}>"
+
+
+class LoopRunner:
+    """Enters one driver's loop (in a loop greenlet when greenlet is installed) and hands out
+    that driver's suspensions.
+
+    The driver supplies ``run_loop(fresh)`` (its loop: ticks until stopped, empty or
+    interrupted), ``interrupt(value)`` (end the loop after the current callback and hand it
+    ``value``, unless an interrupt is pending already) and ``queue((fn, args))`` (append a
+    microtask).
+    """
+
+    __slots__ = (
+        "running",
+        "loop",
+        "getcurrent",
+        "interrupt",
+        "queue",
+        "_run_loop",
+        "_suspensions",
+        "_main",
+        "_last",
+    )
+
+    # What suspension() hands out (a subclass with C methods, for the accelerated drivers).
+    _suspension_type: ClassVar[type[Suspension]] = Suspension
+
+    def __init__(
+        self,
+        run_loop: Callable[[bool], None],
+        interrupt: Callable[[object], None],
+        queue: Callable[[Microtask], None],
+    ) -> None:
+        self.running = False  # run(), or a suspend() of the main greenlet, runs the loop
+        self.loop: Any = None  # the greenlet running the loop; None until greenlet is used
+        self.getcurrent: Callable[[], Any] = _no_greenlet  # greenlet.getcurrent, once in use
+        self.interrupt = interrupt
+        self.queue = queue
+        self._run_loop = run_loop
+        self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
+        self._main: Suspension | None = None  # the root greenlet's suspension
+        self._last: Suspension | None = None  # the one handed out last
+
+    def run(self) -> None:
+        """Run the loop until it ends (``Driver.run()``); raise what interrupted it."""
+        if self.running:
+            raise RuntimeError("The event loop is already running")
+        if greenlet_module() is None:
+            self.running = True
+            try:
+                self._run_loop(True)
+            finally:
+                self.running = False
+            return
+        interrupt = self.enter()
+        if isinstance(interrupt, BaseException):
+            raise interrupt
+
+    def enter(self) -> object:
+        """Switch into the loop greenlet (made afresh if none is pending); return its interrupt:
+        ``None`` when the loop ended, the main ``Suspension`` it resumed, or an exception."""
+        module: Any = greenlet_module()
+        self.getcurrent = module.getcurrent
+        loop = self.loop
+        fresh = loop is None or loop.dead
+        if fresh:
+            loop = self.loop = module.greenlet(self._loop_main)
+        try:
+            loop.parent = module.getcurrent()
+        except ValueError:
+            raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
+        self.running = True
+        try:
+            return loop.switch(True) if fresh else loop.switch()
+        finally:
+            self.running = False
+
+    def _loop_main(self, fresh: bool) -> None:
+        try:
+            self._run_loop(fresh)
+        except Superseded:
+            pass  # back to whoever resumed this greenlet's suspended callback
+
+    def hand_over(self) -> None:
+        """The loop greenlet's callback suspends: a successor greenlet continues the loop."""
+        current = self.loop
+        successor = type(current)(self._loop_main, current.parent)
+        self.loop = successor
+        successor.switch(False)
+
+    def deliver(self, interrupt: object) -> None:
+        """Hand ``interrupt`` to whoever runs the loop (``run()`` or a main ``suspend()``).
+
+        Without greenlet it can only be an exception, and is raised.  With greenlet, the next
+        ``run()`` or main ``suspend()`` switches back in here and the loop goes on.
+        """
+        if self.loop is None:
+            assert isinstance(interrupt, BaseException)
+            raise interrupt
+        self.getcurrent().parent.switch(interrupt)
+
+    def suspension(self) -> Suspension:
+        """The suspension of the current greenlet, one per greenlet (``get_suspension()``)."""
+        # The last one handed out, while its greenlet asks again: a callback that suspends
+        # in a loop asks once per iteration.
+        last = self._last
+        if last is not None and last._greenlet() is self.getcurrent() and not last._dead:
+            return last
+        module: Any = greenlet_module()
+        if module is None:
+            raise UnsupportedFeatureError(
+                "Suspensions need the greenlet package: pip install 'iopoll[greenlet]'"
+            )
+        self.getcurrent = module.getcurrent
+        current = module.getcurrent()
+        if current.parent is None:
+            suspension = self._main
+            if suspension is None or suspension._dead:
+                suspension = self._main = self._suspension_type(self, current, main=True)
+        else:
+            if self._suspensions is None:
+                self._suspensions = weakref.WeakKeyDictionary()
+            suspension = self._suspensions.get(current)
+            if suspension is None:
+                suspension = self._suspension_type(self, current, main=False)
+                self._suspensions[current] = suspension
+        self._last = suspension
+        return suspension

@@ -1,0 +1,436 @@
+/* _suspend.c: a suspension's round trip in C (part of iopoll.loop._speedups).
+ *
+ * A callback that suspends and is resumed runs, in pure Python, eight methods of
+ * _suspension.py: get_suspension(), LoopRunner.suspension(), Suspension.suspend(),
+ * LoopRunner.hand_over(), the successor greenlet's LoopRunner._loop_main(), then
+ * Suspension.resume() and _wake(), and the microtask Suspension._switch_in().  Each is a
+ * frame of the interpreter around a few slot reads and greenlet calls.  These are the same
+ * methods, line for line, put by install_suspensions() on two private subclasses
+ * (_native_dispatch.py's NativeLoopRunner and NativeSuspension) that the accelerated drivers
+ * make; the classes of _suspension.py keep the Python methods, which are the reference.
+ *
+ * What is not on that path stays in Python and is called from here: the main greenlet's
+ * suspend() (it runs the loop), LoopRunner.suspension() past its first check (a greenlet's
+ * first suspension), throw().  Greenlets are driven through their Python API (switch(),
+ * parent, dead), as the Python methods drive them; the state is the classes' __slots__.
+ */
+
+#include "_dispatch.h"
+
+/* The slots and names install_suspensions() finds, once. */
+static struct {
+    /* Suspension */
+    PyMemberDef *runner, *greenlet, *getcurrent, *main, *pending, *value, *error, *dead;
+    /* LoopRunner */
+    PyMemberDef *loop, *r_getcurrent, *last, *run_loop, *interrupt, *queue;
+    PyObject *main_suspend;    /* Suspension.suspend: the main greenlet's suspend() */
+    PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
+    PyObject *suspended;       /* _suspension._SUSPENDED, sent to a parent by suspend() */
+    PyObject *superseded;      /* _suspension.Superseded */
+    PyObject *no_args;         /* (): a microtask's arguments */
+    PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_loop_main, *s_switch_in;
+    PyObject *s_value;
+    int made;
+} G;
+
+/* ref() is current(): the greenlet of a weak reference is the one running; -1 on error. */
+static int
+is_current(PyObject *ref, PyObject *getcurrent)
+{
+    PyObject *owner = PyObject_CallNoArgs(ref);
+    if (owner == NULL) {
+        return -1;
+    }
+    int found = 0;
+    if (owner != Py_None) {
+        PyObject *current = PyObject_CallNoArgs(getcurrent);
+        if (current == NULL) {
+            Py_DECREF(owner);
+            return -1;
+        }
+        found = current == owner;
+        Py_DECREF(current);
+    }
+    Py_DECREF(owner);
+    return found;
+}
+
+/* -- Suspension ------------------------------------------------------------------------ */
+
+/* Suspension.suspend: the greenlet's own suspend(); the main greenlet's is Python's. */
+static PyObject *
+suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    int main = truth(self, G.main);
+    if (main != 0) {
+        /* Every check below is also that method's first: it may run them itself. */
+        return main < 0 ? NULL : PyObject_CallOneArg(G.main_suspend, self);
+    }
+    int pending = truth(self, G.pending);
+    if (pending != 0) {
+        if (pending > 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Must call resume() or throw() before calling suspend() again");
+        }
+        return NULL;
+    }
+    PyObject *ref = peek(self, G.greenlet);
+    PyObject *getcurrent = peek(self, G.getcurrent);
+    if (ref == NULL || getcurrent == NULL) {
+        return NULL;
+    }
+    PyObject *owner = PyObject_CallNoArgs(ref);
+    if (owner == NULL) {
+        return NULL;
+    }
+    int mine = 0;
+    if (owner != Py_None) {
+        PyObject *current = PyObject_CallNoArgs(getcurrent);
+        mine = current == NULL ? -1 : current == owner;
+        Py_XDECREF(current);
+    }
+    if (mine <= 0) {
+        if (mine == 0) {
+            PyErr_SetString(PyExc_RuntimeError, "Must not call suspend() from another greenlet");
+        }
+        Py_DECREF(owner);
+        return NULL;
+    }
+    int dead = truth(self, G.dead);
+    if (dead != 0) {
+        if (dead > 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Suspension is dead: the event loop ended without resuming it");
+        }
+        Py_DECREF(owner);
+        return NULL;
+    }
+    put_bool(self, G.pending, 1);
+    PyObject *runner = get_slot(self, G.runner);
+    PyObject *loop = runner == NULL ? NULL : peek(runner, G.loop);
+    PyObject *done = NULL;
+    if (loop == owner) {
+        done = call0(runner, G.s_hand_over); /* the loop goes on in a successor */
+    }
+    else if (loop != NULL) {
+        PyObject *parent = PyObject_GetAttr(owner, G.s_parent);
+        if (parent != NULL) {
+            done = call1(parent, G.s_switch, G.suspended);
+            Py_DECREF(parent);
+        }
+    }
+    Py_XDECREF(runner);
+    Py_DECREF(owner);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    PyObject *error = get_slot(self, G.error);
+    PyObject *value = get_slot(self, G.value);
+    if (error == NULL || value == NULL) {
+        Py_XDECREF(error);
+        Py_XDECREF(value);
+        return NULL;
+    }
+    put(self, G.error, Py_None);
+    put(self, G.value, Py_None);
+    if (error != Py_None) {
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_DECREF(error);
+        Py_DECREF(value);
+        return NULL;
+    }
+    Py_DECREF(error);
+    return value;
+}
+
+/* Suspension.resume, with Suspension._wake(value, None) in it. */
+static PyObject *
+suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *value = Py_None;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1) {
+        PyErr_Format(PyExc_TypeError, "resume() takes at most 1 argument (%zd given)",
+                     nargs + nkw);
+        return NULL;
+    }
+    if (nargs == 1) {
+        value = args[0];
+    }
+    else if (nkw == 1) {
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), G.s_value) != 0) {
+            PyErr_Format(PyExc_TypeError, "resume() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, 0));
+            return NULL;
+        }
+        value = args[0];
+    }
+    int pending = truth(self, G.pending);
+    if (pending <= 0) {
+        if (pending < 0) {
+            return NULL;
+        }
+        int dead = truth(self, G.dead);
+        if (dead != 0) {
+            if (dead < 0) {
+                return NULL;
+            }
+            Py_RETURN_NONE; /* the loop gave up on it: ignored, as Revolt does */
+        }
+        PyErr_SetString(PyExc_RuntimeError, "Must call suspend() before calling resume()");
+        return NULL;
+    }
+    put_bool(self, G.pending, 0);
+    put(self, G.value, value);
+    put(self, G.error, Py_None);
+    int main = truth(self, G.main);
+    PyObject *runner = main < 0 ? NULL : get_slot(self, G.runner);
+    if (runner == NULL) {
+        return NULL;
+    }
+    PyObject *done = NULL;
+    if (main) {
+        PyObject *interrupt = peek(runner, G.interrupt);
+        done = interrupt == NULL ? NULL : PyObject_CallOneArg(interrupt, self);
+    }
+    else {
+        PyObject *queue = peek(runner, G.queue);
+        PyObject *switch_in = queue == NULL ? NULL : PyObject_GetAttr(self, G.s_switch_in);
+        if (switch_in != NULL) {
+            PyObject *task = PyTuple_Pack(2, switch_in, G.no_args);
+            Py_DECREF(switch_in);
+            if (task != NULL) {
+                done = PyObject_CallOneArg(queue, task);
+                Py_DECREF(task);
+            }
+        }
+    }
+    Py_DECREF(runner);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    Py_RETURN_NONE;
+}
+
+/* Suspension._switch_in: the microtask that resume() queued. */
+static PyObject *
+suspension_switch_in(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *ref = peek(self, G.greenlet);
+    PyObject *owner = ref == NULL ? NULL : PyObject_CallNoArgs(ref);
+    if (owner == NULL) {
+        return NULL;
+    }
+    PyObject *done = NULL;
+    PyObject *dead = owner == Py_None ? NULL : PyObject_GetAttr(owner, G.s_dead);
+    int gone = owner == Py_None ? 1 : dead == NULL ? -1 : PyObject_IsTrue(dead);
+    Py_XDECREF(dead);
+    if (gone > 0) {
+        done = Py_NewRef(Py_None);
+    }
+    else if (gone == 0) {
+        PyObject *getcurrent = peek(self, G.getcurrent);
+        PyObject *current = getcurrent == NULL ? NULL : PyObject_CallNoArgs(getcurrent);
+        PyObject *parent = current == NULL ? NULL : PyObject_GetAttr(owner, G.s_parent);
+        int moved = parent == NULL ? -1 : parent != current;
+        Py_XDECREF(parent);
+        if (moved > 0) {
+            /* come back here when it suspends or ends */
+            moved = PyObject_SetAttr(owner, G.s_parent, current) < 0 ? -1 : 0;
+        }
+        Py_XDECREF(current);
+        if (moved == 0) {
+            done = call0(owner, G.s_switch);
+        }
+    }
+    Py_DECREF(owner);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    Py_RETURN_NONE;
+}
+
+/* -- LoopRunner ------------------------------------------------------------------------ */
+
+/* LoopRunner.suspension: its first check here, the rest in Python. */
+static PyObject *
+runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    /* The last one handed out, while its greenlet asks again. */
+    PyObject *last = peek(self, G.last);
+    if (last == NULL) {
+        return NULL;
+    }
+    if (last != Py_None) {
+        PyObject *ref = peek(last, G.greenlet);
+        PyObject *getcurrent = peek(self, G.r_getcurrent);
+        int mine = ref == NULL || getcurrent == NULL ? -1 : is_current(ref, getcurrent);
+        int dead = mine > 0 ? truth(last, G.dead) : 0;
+        if (mine < 0 || dead < 0) {
+            return NULL;
+        }
+        if (mine && !dead) {
+            return Py_NewRef(last);
+        }
+    }
+    return PyObject_CallOneArg(G.slow_suspension, self);
+}
+
+/* LoopRunner.hand_over: the loop greenlet's callback suspends; a successor runs the loop. */
+static PyObject *
+runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *current = get_slot(self, G.loop);
+    if (current == NULL) {
+        return NULL;
+    }
+    PyObject *successor = NULL;
+    PyObject *loop_main = PyObject_GetAttr(self, G.s_loop_main);
+    PyObject *parent = loop_main == NULL ? NULL : PyObject_GetAttr(current, G.s_parent);
+    if (parent != NULL) {
+        PyObject *args[2] = {loop_main, parent};
+        successor = PyObject_Vectorcall((PyObject *)Py_TYPE(current), args, 2, NULL);
+    }
+    Py_XDECREF(loop_main);
+    Py_XDECREF(parent);
+    Py_DECREF(current);
+    if (successor == NULL) {
+        return NULL;
+    }
+    put(self, G.loop, successor);
+    PyObject *done = call1(successor, G.s_switch, Py_False);
+    Py_DECREF(successor);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    Py_RETURN_NONE;
+}
+
+/* LoopRunner._loop_main: what a loop greenlet runs. */
+static PyObject *
+runner_loop_main(PyObject *self, PyObject *fresh)
+{
+    PyObject *run_loop = peek(self, G.run_loop);
+    PyObject *done = run_loop == NULL ? NULL : PyObject_CallOneArg(run_loop, fresh);
+    if (done == NULL && PyErr_ExceptionMatches(G.superseded)) {
+        /* back to whoever resumed this greenlet's suspended callback */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return done;
+}
+
+/* -- the driver ------------------------------------------------------------------------ */
+
+/* AbstractDriver.get_suspension (one of install()'s methods). */
+PyObject *
+loop_get_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *runner = peek(self, S.runner);
+    return runner == NULL ? NULL : call0(runner, S.s_suspension);
+}
+
+/* -- install_suspensions() ------------------------------------------------------------- */
+
+static PyMethodDef suspension_methods[] = {
+    {"suspend", (PyCFunction)suspension_suspend, METH_NOARGS,
+     "Wait until resumed; return the resume() value or raise the throw() error." C_NOTE},
+    {"resume", (PyCFunction)(void (*)(void))suspension_resume, METH_FASTCALL | METH_KEYWORDS,
+     "resume($self, /, value=None)\n--\n\n"
+     "Resume the suspended greenlet with ``value`` (after the current callback)." C_NOTE},
+    {"_switch_in", (PyCFunction)suspension_switch_in, METH_NOARGS,
+     "Switch into the resumed greenlet (a microtask)." C_NOTE},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef runner_methods[] = {
+    {"suspension", (PyCFunction)runner_suspension, METH_NOARGS,
+     "The suspension of the current greenlet, one per greenlet." C_NOTE},
+    {"hand_over", (PyCFunction)runner_hand_over, METH_NOARGS,
+     "The loop greenlet's callback suspends: a successor greenlet continues the loop." C_NOTE},
+    {"_loop_main", (PyCFunction)runner_loop_main, METH_O,
+     "Run the loop in a loop greenlet; a superseded one just ends." C_NOTE},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
+{
+    PyTypeObject *r = runner_type, *s = suspension_type;
+    if (!(G.runner = member_of(s, "_runner")) || !(G.greenlet = member_of(s, "_greenlet"))
+        || !(G.getcurrent = member_of(s, "_getcurrent")) || !(G.main = member_of(s, "_main"))
+        || !(G.pending = member_of(s, "_pending")) || !(G.value = member_of(s, "_value"))
+        || !(G.error = member_of(s, "_error")) || !(G.dead = member_of(s, "_dead"))
+        || !(G.loop = member_of(r, "loop")) || !(G.r_getcurrent = member_of(r, "getcurrent"))
+        || !(G.last = member_of(r, "_last")) || !(G.run_loop = member_of(r, "_run_loop"))
+        || !(G.interrupt = member_of(r, "interrupt")) || !(G.queue = member_of(r, "queue"))) {
+        return -1;
+    }
+    /* The parents' Python methods, which the C ones fall back on. */
+    G.main_suspend = PyObject_GetAttrString((PyObject *)s->tp_base, "suspend");
+    G.slow_suspension = PyObject_GetAttrString((PyObject *)r->tp_base, "suspension");
+    PyObject *module = PyImport_ImportModule("iopoll.loop._suspension");
+    if (module == NULL || G.main_suspend == NULL || G.slow_suspension == NULL) {
+        Py_XDECREF(module);
+        return -1;
+    }
+    G.suspended = PyObject_GetAttrString(module, "_SUSPENDED");
+    G.superseded = PyObject_GetAttrString(module, "Superseded");
+    Py_DECREF(module);
+    G.no_args = PyTuple_New(0);
+    if (G.suspended == NULL || G.superseded == NULL || G.no_args == NULL) {
+        return -1;
+    }
+    struct {
+        PyObject **target;
+        const char *text;
+    } names[] = {
+        {&G.s_switch, "switch"},         {&G.s_parent, "parent"},
+        {&G.s_dead, "dead"},             {&G.s_hand_over, "hand_over"},
+        {&G.s_loop_main, "_loop_main"},  {&G.s_switch_in, "_switch_in"},
+        {&G.s_value, "value"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {
+            return -1;
+        }
+    }
+    G.made = 1;
+    return 0;
+}
+
+/* install_suspensions(runner_cls, suspension_cls): the module function. */
+PyObject *
+install_suspensions(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "install_suspensions(runner_cls, suspension_cls) takes two classes");
+        return NULL;
+    }
+    PyTypeObject *runner_type = (PyTypeObject *)args[0];
+    PyTypeObject *suspension_type = (PyTypeObject *)args[1];
+    if (runner_type->tp_base == NULL || suspension_type->tp_base == NULL) {
+        PyErr_SetString(PyExc_TypeError, "install_suspensions() takes two subclasses");
+        return NULL;
+    }
+    if (!G.made && find_suspension_slots(runner_type, suspension_type) < 0) {
+        return NULL;
+    }
+    struct {
+        PyTypeObject *type;
+        PyMethodDef *methods;
+    } targets[] = {{suspension_type, suspension_methods}, {runner_type, runner_methods}};
+    for (size_t i = 0; i < 2; i++) {
+        for (PyMethodDef *def = targets[i].methods; def->ml_name != NULL; def++) {
+            if (set_attribute(targets[i].type, PyDescr_NewMethod(targets[i].type, def)) < 0) {
+                return NULL;
+            }
+        }
+    }
+    Py_RETURN_NONE;
+}
