@@ -23,6 +23,7 @@ import socket
 import sys
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -732,3 +733,64 @@ def test_reference_counts_hold_over_many_ticks() -> None:
     d.run()
     assert sys.getrefcount(callback) == before
     assert d._live == 0 and not d._callbacks and not d._timers
+
+
+@needs_c
+def test_records_made_in_c_are_subclasses_of_the_python_classes() -> None:
+    from iopoll.loop._callbacks import DeferCallback, DelayCallback, RepeatCallback
+
+    d = IoPollDriver()
+    made = {
+        DeferCallback: d.defer(lambda cid: None),
+        DelayCallback: d.delay(1, lambda cid: None),
+        RepeatCallback: d.repeat(1, lambda cid: None),
+    }
+    for python_class, callback_id in made.items():
+        kind = type(d._callbacks[callback_id])
+        assert kind.__module__ == "iopoll.loop._speedups", kind
+        assert kind.__name__ == python_class.__name__ and kind.__bases__ == (python_class,)
+        assert not hasattr(d._callbacks[callback_id], "__dict__")
+    d.close()
+
+
+@pytest.mark.parametrize("kind", ["defer", "delay", "repeat"])
+@pytest.mark.parametrize("cls", [PyIoPollDriver, IoPollDriver], ids=["pure", "c"])
+def test_a_cycle_through_one_record_is_collected(cls: type[Any], kind: str) -> None:
+    """The C records' own garbage-collector walk (``_records.c``) finds their function and
+    their heap entry: a driver held only by a pending callback's closure, or by a timer in
+    the heap, is collected."""
+
+    class Owner:
+        driver: Any = None
+
+    def make() -> weakref.ref[Owner]:
+        owner = Owner()
+        d = owner.driver = cls()
+
+        def fn(cid: str, owner: Owner = owner) -> None:
+            pass
+
+        if kind == "defer":
+            d.defer(fn)
+        else:
+            (d.repeat if kind == "repeat" else d.delay)(3600, fn)
+            d.defer(lambda cid: d.stop())
+            d.run()  # activated: in the heap, an entry that refers back to the record
+            assert d._timers
+        return weakref.ref(owner)
+
+    gone = make()
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_extension_builds_every_c_file_of_the_loop() -> None:
+    """pyproject.toml lists each source; the sanitizers' build takes the directory's files.
+    The extension is optional, so a file left out of the list would only make it pure."""
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parent.parent
+    with open(root / "pyproject.toml", "rb") as f:
+        modules = tomllib.load(f)["tool"]["setuptools"]["ext-modules"]
+    (loop,) = [m for m in modules if m["name"] == "iopoll.loop._speedups"]
+    on_disk = sorted(p.relative_to(root).as_posix() for p in (root / "src/iopoll/loop").glob("*.c"))
+    assert sorted(loop["sources"]) == on_disk

@@ -677,7 +677,8 @@ static inline int
 second_argument(PyObject *callback, PyObject **arg)
 {
     PyTypeObject *kind = Py_TYPE(callback);
-    if (kind == S.defer_type || kind == S.delay_type || kind == S.repeat_type) {
+    if (kind == S.defer_type || kind == S.delay_type || kind == S.repeat_type
+        || is_c_record(kind)) {
         *arg = NULL;
         return 0;
     }
@@ -707,10 +708,11 @@ static inline int
 runs_once(PyObject *callback)
 {
     PyTypeObject *kind = Py_TYPE(callback);
-    if (kind == S.defer_type || kind == S.delay_type) {
+    if (kind == S.defer_type || kind == S.delay_type || kind == S.c_defer_type
+        || kind == S.c_delay_type) {
         return 1;
     }
-    if (kind == S.repeat_type) {
+    if (kind == S.repeat_type || kind == S.c_repeat_type) {
         return 0;
     }
     /* A record with no __dict__ (they have __slots__, none named `once`) reads its

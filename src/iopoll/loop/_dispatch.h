@@ -31,6 +31,9 @@ typedef struct {
     PyTypeObject *driver_type;                  /* AbstractDriver */
     PyTypeObject *defer_type, *delay_type, *repeat_type, *timer_type;
     PyTypeObject *stream_type, *signal_type;
+    /* The records defer(), delay() and repeat() make: subclasses of the first three above
+     * with a garbage-collector walk of their own (_records.c). */
+    PyTypeObject *c_defer_type, *c_delay_type, *c_repeat_type;
     PyObject *sleep;         /* time.sleep: a poll with no fd to wait for */
     PyObject *monotonic;     /* time.monotonic, AbstractDriver._now */
     /* The classes install() was given: their C methods run each other directly. */
@@ -284,6 +287,16 @@ PyObject *loop_run_microtasks(PyObject *self, PyObject *ignored);
 PyObject *loop_drain(PyObject *self, PyObject *ignored);
 PyObject *loop_run(PyObject *self, PyObject *fresh);
 PyObject *loop_poll(PyObject *self, PyObject *timeout);
+
+/* The classes of the records made in C (_records.c), made by the first install(). */
+int make_record_types(void);
+
+/* Whether a record is of one of the classes of the C records. */
+static inline int
+is_c_record(PyTypeObject *kind)
+{
+    return kind == S.c_defer_type || kind == S.c_delay_type || kind == S.c_repeat_type;
+}
 
 /* The suspension round trip (_suspend.c): the driver's get_suspension(), put on it by
  * install(), and the module function that puts the rest on LoopRunner and Suspension

@@ -242,7 +242,7 @@ defer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
     }
     PyObject *callbacks = peek(self, S.callbacks);
     PyObject *defers = peek(self, S.defers);
-    PyObject *callback = new_record(S.defer_type);
+    PyObject *callback = new_record(S.c_defer_type);
     if (callbacks == NULL || defers == NULL || callback == NULL) {
         goto error;
     }
@@ -368,7 +368,7 @@ delay(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
     if (seconds == NULL) {
         return NULL;
     }
-    PyObject *result = check_timed(fn) < 0 ? NULL : add_timer(self, seconds, fn, S.delay_type);
+    PyObject *result = check_timed(fn) < 0 ? NULL : add_timer(self, seconds, fn, S.c_delay_type);
     Py_DECREF(seconds);
     return result;
 }
@@ -388,7 +388,7 @@ repeat(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
     /* check_callback(fn); check_timed() comes to the same answer, faster for a function. */
     PyObject *result = check_timed(given[1]) < 0 ? NULL
                                                  : add_timer(self, interval, given[1],
-                                                             S.repeat_type);
+                                                             S.c_repeat_type);
     Py_DECREF(interval);
     return result;
 }
@@ -579,6 +579,9 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         }
     }
     S = found;
+    if (make_record_types() < 0) {
+        return -1;
+    }
     S_made = 1;
     return 0;
 

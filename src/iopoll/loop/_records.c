@@ -1,0 +1,128 @@
+/* _records.c: the classes of the records defer(), delay() and repeat() make in C (part of
+ * iopoll.loop._speedups).
+ *
+ * Each is a subclass of its Python class in _callbacks.py (DeferCallback, DelayCallback,
+ * RepeatCallback) with nothing added but how the garbage collector walks it.  A Python
+ * class with __slots__ is walked by CPython's generic traversal, which visits every slot:
+ * for a timer record that is nine, of which only the function, the heap entry (a tuple
+ * holding the record itself) and the clock's numbers can hold anything the collector
+ * tracks; the id is a str, the flags bools, the enable count an int, all set by the
+ * driver's own code.  A burst of defers keeps thousands of records alive, each walked by a
+ * collection or two before it runs: the generic walk was about 10% of a defer's cost and
+ * of a delay(0)'s.  These walk the slots that can hold a tracked object and clear the
+ * same ones, so that a cycle through a record (a callback that refers to its driver; a
+ * timer and its heap entry) is still collected (tests/test_loop_speedups.py).
+ *
+ * The records the Python methods make (enable() gives a defer a fresh record; the pure
+ * drivers make all of theirs) are of the Python classes: the code reads both alike, and
+ * tests for a kind with isinstance(), or here with PyObject_TypeCheck() and is_c_record().
+ */
+
+#include "_dispatch.h"
+
+#define SLOT(obj, member) (*(PyObject **)((char *)(obj) + (member)->offset))
+
+static int
+defer_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self)); /* a heap type's instances refer to it */
+    Py_VISIT(SLOT(self, S.fn));
+    return 0;
+}
+
+static int
+defer_clear(PyObject *self)
+{
+    Py_CLEAR(SLOT(self, S.fn));
+    return 0;
+}
+
+static int
+timer_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(SLOT(self, S.fn));
+    Py_VISIT(SLOT(self, S.entry));
+    /* The clock's numbers: floats from time.monotonic, but a driver's own _now may
+     * return any number. */
+    Py_VISIT(SLOT(self, S.expiration));
+    Py_VISIT(SLOT(self, S.interval));
+    return 0;
+}
+
+static int
+timer_clear(PyObject *self)
+{
+    Py_CLEAR(SLOT(self, S.fn));
+    Py_CLEAR(SLOT(self, S.entry));
+    Py_CLEAR(SLOT(self, S.expiration));
+    Py_CLEAR(SLOT(self, S.interval));
+    return 0;
+}
+
+static PyType_Slot defer_slots[] = {
+    {Py_tp_doc, "A defer() record made in C: a DeferCallback walked by its few slots."},
+    {Py_tp_traverse, defer_traverse},
+    {Py_tp_clear, defer_clear},
+    {0, NULL},
+};
+
+static PyType_Slot delay_slots[] = {
+    {Py_tp_doc, "A delay() record made in C: a DelayCallback walked by its few slots."},
+    {Py_tp_traverse, timer_traverse},
+    {Py_tp_clear, timer_clear},
+    {0, NULL},
+};
+
+static PyType_Slot repeat_slots[] = {
+    {Py_tp_doc, "A repeat() record made in C: a RepeatCallback walked by its few slots."},
+    {Py_tp_traverse, timer_traverse},
+    {Py_tp_clear, timer_clear},
+    {0, NULL},
+};
+
+/* basicsize 0: the base's layout, its __slots__ and nothing more. */
+#define RECORD_SPEC(name, slots)                                                         \
+    {"iopoll.loop._speedups." name, 0, 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots}
+
+static PyType_Spec record_specs[] = {
+    RECORD_SPEC("DeferCallback", defer_slots),
+    RECORD_SPEC("DelayCallback", delay_slots),
+    RECORD_SPEC("RepeatCallback", repeat_slots),
+};
+
+/* The __slots__ of a class and its bases: what the generic walk visits.  (A type's
+ * ob_size is its own count, as CPython's typeobject.c reads it.) */
+static Py_ssize_t
+slot_count(PyTypeObject *type)
+{
+    Py_ssize_t count = 0;
+    for (; type != NULL; type = type->tp_base) {
+        count += Py_SIZE(type);
+    }
+    return count;
+}
+
+/* The three classes, made from the Python ones in S (S.defer_type ...): 0, or -1.  Refused
+ * if those have a __dict__ or other slots than the walks above know: Callback's six, and
+ * TimerCallback's three more. */
+int
+make_record_types(void)
+{
+    PyTypeObject *bases[3] = {S.defer_type, S.delay_type, S.repeat_type};
+    PyTypeObject **made[3] = {&S.c_defer_type, &S.c_delay_type, &S.c_repeat_type};
+    Py_ssize_t slots[3] = {6, 9, 9};
+    for (int i = 0; i < 3; i++) {
+        if (bases[i]->tp_dictoffset != 0 || slot_count(bases[i]) != slots[i]) {
+            PyErr_Format(PyExc_TypeError, "%s must have the %zd __slots__ _records.c walks",
+                         bases[i]->tp_name, slots[i]);
+            return -1;
+        }
+        PyObject *type = PyType_FromSpecWithBases(&record_specs[i], (PyObject *)bases[i]);
+        if (type == NULL) {
+            return -1;
+        }
+        *made[i] = (PyTypeObject *)type;
+    }
+    return 0;
+}
