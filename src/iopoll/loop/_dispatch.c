@@ -113,7 +113,9 @@ activate_one(PyObject *self, PyObject *callback, PyObject *const *lists, PyObjec
         return enabled; /* disabled since */
     }
     put_bool(callback, S.invokable, 1);
-    if (PyObject_TypeCheck(callback, S.timer_type)) {
+    PyTypeObject *kind = Py_TYPE(callback);
+    if (kind == S.c_delay_type || kind == S.c_repeat_type
+        || PyObject_TypeCheck(callback, S.timer_type)) {
         return activate_timer(self, callback, lists[0], lists[1], lists[2], seq);
     }
     if (PyObject_TypeCheck(callback, S.stream_type)) {
@@ -750,7 +752,8 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
             return -1;
         }
     }
-    else if (PyObject_TypeCheck(callback, S.repeat_type)) {
+    else if (Py_IS_TYPE(callback, S.c_repeat_type)
+             || PyObject_TypeCheck(callback, S.repeat_type)) {
         /* Re-armed from now, active from the next tick: never twice in one tick. */
         put_bool(callback, S.invokable, 0);
         PyObject *interval = peek(callback, S.interval);
