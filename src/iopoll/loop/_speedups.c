@@ -7,19 +7,22 @@
  *   defer(fn), delay(seconds, fn), repeat(interval, fn)    registration
  *   _loop(fresh), _tick(previous_idle), _drain()             the run loop and one tick
  *   _run_microtasks(), _activate(callbacks), _enqueue_timers()
+ *   get_suspension(), and a suspension's round trip on LoopRunner and Suspension subclasses
  *
- * Everything else (enable, disable, cancel, the poll, signals, errors, streams, greenlets)
- * stays in Python, and these call it by name, as the Python methods do: `self._poll(t)`,
+ * Everything else (enable, disable, cancel, the poll, signals, errors, streams, the rest of
+ * the greenlet handling) stays in Python, and these call it by name, as the Python methods do: `self._poll(t)`,
  * `self._error(fn, exc)`, `self._activate_stream(cb)`.  So a driver subclass that
  * overrides one of those is obeyed, and no state lives here: the driver, its callback
  * records and its LoopRunner are Python objects with __slots__, which install() finds once
  * and this code then reads and writes by offset (see _cslots.h).  The timers are the
- * driver's: the FIFO of interval-0 timers (two deques) and the heap, a list of (expiration,
+ * driver's: the FIFO of interval-0 timers (two lists) and the heap, a list of (expiration,
  * seq, callback) tuples kept with heapq's own algorithm, so that the Python methods that
  * touch them (_next_expiration, _sweep_timers) share them.
  *
  * This file holds the registration methods and install(); _dispatch.c the run loop, the tick
- * and the drain; _timer_heap.c the heap; _dispatch.h what they share.
+ * and the drain; _timer_heap.c the heap; _records.c the classes of the records made here
+ * (subclasses of the Python ones, with a cheaper walk for the garbage collector);
+ * _suspend.c a suspension's round trip; _dispatch.h what they share.
  *
  * install(cls) puts these methods on cls, a subclass of AbstractDriver; iopoll.loop does so
  * for IoPollDriver and SelectorsDriver unless IOPOLL_PURE_PYTHON is set.  Their parent
