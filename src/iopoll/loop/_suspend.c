@@ -55,6 +55,17 @@ is_current(PyObject *ref, PyObject *getcurrent)
     return found;
 }
 
+/* None for a call whose result is not wanted, or NULL if it failed: steals `done`. */
+static inline PyObject *
+discarded(PyObject *done)
+{
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    Py_RETURN_NONE;
+}
+
 /* -- Suspension ------------------------------------------------------------------------ */
 
 /* Suspension.suspend: the greenlet's own suspend(); the main greenlet's is Python's. */
@@ -207,11 +218,7 @@ suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         }
     }
     Py_DECREF(runner);
-    if (done == NULL) {
-        return NULL;
-    }
-    Py_DECREF(done);
-    Py_RETURN_NONE;
+    return discarded(done);
 }
 
 /* Suspension._switch_in: the microtask that resume() queued. */
@@ -246,11 +253,7 @@ suspension_switch_in(PyObject *self, PyObject *Py_UNUSED(ignored))
         }
     }
     Py_DECREF(owner);
-    if (done == NULL) {
-        return NULL;
-    }
-    Py_DECREF(done);
-    Py_RETURN_NONE;
+    return discarded(done);
 }
 
 /* -- LoopRunner ------------------------------------------------------------------------ */
@@ -303,11 +306,7 @@ runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
     put(self, G.loop, successor);
     PyObject *done = call1(successor, G.s_switch, Py_False);
     Py_DECREF(successor);
-    if (done == NULL) {
-        return NULL;
-    }
-    Py_DECREF(done);
-    Py_RETURN_NONE;
+    return discarded(done);
 }
 
 /* LoopRunner._loop_main: what a loop greenlet runs. */
