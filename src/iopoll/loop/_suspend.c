@@ -33,25 +33,17 @@ static struct {
     int made;
 } G;
 
-/* ref() is current(): the greenlet of a weak reference is the one running; -1 on error. */
+/* owner is getcurrent(): the greenlet of a suspension (None: gone) is the one running;
+ * -1 on error. */
 static int
-is_current(PyObject *ref, PyObject *getcurrent)
+is_current(PyObject *owner, PyObject *getcurrent)
 {
-    PyObject *owner = PyObject_CallNoArgs(ref);
-    if (owner == NULL) {
-        return -1;
+    if (owner == Py_None) {
+        return 0;
     }
-    int found = 0;
-    if (owner != Py_None) {
-        PyObject *current = PyObject_CallNoArgs(getcurrent);
-        if (current == NULL) {
-            Py_DECREF(owner);
-            return -1;
-        }
-        found = current == owner;
-        Py_DECREF(current);
-    }
-    Py_DECREF(owner);
+    PyObject *current = PyObject_CallNoArgs(getcurrent);
+    int found = current == NULL ? -1 : current == owner;
+    Py_XDECREF(current);
     return found;
 }
 
@@ -94,12 +86,7 @@ suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (owner == NULL) {
         return NULL;
     }
-    int mine = 0;
-    if (owner != Py_None) {
-        PyObject *current = PyObject_CallNoArgs(getcurrent);
-        mine = current == NULL ? -1 : current == owner;
-        Py_XDECREF(current);
-    }
+    int mine = is_current(owner, getcurrent);
     if (mine <= 0) {
         if (mine == 0) {
             PyErr_SetString(PyExc_RuntimeError, "Must not call suspend() from another greenlet");
@@ -270,7 +257,9 @@ runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (last != Py_None) {
         PyObject *ref = peek(last, G.greenlet);
         PyObject *getcurrent = peek(self, G.r_getcurrent);
-        int mine = ref == NULL || getcurrent == NULL ? -1 : is_current(ref, getcurrent);
+        PyObject *owner = ref == NULL || getcurrent == NULL ? NULL : PyObject_CallNoArgs(ref);
+        int mine = owner == NULL ? -1 : is_current(owner, getcurrent);
+        Py_XDECREF(owner);
         int dead = mine > 0 ? truth(last, G.dead) : 0;
         if (mine < 0 || dead < 0) {
             return NULL;
