@@ -784,6 +784,40 @@ def test_a_cycle_through_one_record_is_collected(cls: type[Any], kind: str) -> N
     assert gone() is None
 
 
+@needs_c
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="reads CPython's structs")
+def test_the_deque_methods_are_called_directly() -> None:
+    """The run queue's ``popleft``/``append``/``extend`` are called through their C functions,
+    read from CPython's method descriptors after a check of their names and flags: a change
+    of that struct turns the direct calls off, and this fails."""
+    from iopoll.loop import _speedups
+
+    assert _speedups.direct_calls() == ("deque.popleft", "deque.append", "deque.extend")
+
+
+@needs_c
+def test_a_long_chain_of_records_is_freed_one_by_one() -> None:
+    """Records whose callbacks each hold the record before them are all freed when the last
+    goes, without overflowing the C stack (the C records' destructor, like the generic one
+    it replaces, takes CPython's trashcan)."""
+
+    class Freed:
+        count = 0
+
+        def __del__(self) -> None:
+            Freed.count += 1
+
+    d = IoPollDriver()
+    previous: Any = Freed()
+    for _ in range(100_000):
+        callback_id = d.defer(lambda cid, held=previous: None)
+        previous = d._callbacks[callback_id]
+    d.run()
+    assert not d._callbacks
+    del previous
+    assert Freed.count == 1
+
+
 def test_the_extension_builds_every_c_file_of_the_loop() -> None:
     """pyproject.toml lists each source; the sanitizers' build takes the directory's files.
     The extension is optional, so a file left out of the list would only make it pure."""

@@ -44,6 +44,8 @@ typedef struct {
     } installed[4];
     PyTypeObject *deque_type; /* collections.deque, and the methods of it and dict used */
     PyObject *deque_popleft, *deque_append, *deque_extend, *dict_values;
+    /* Their C functions (NULL: called through the descriptors; see c_method()). */
+    PyCFunction deque_popleft_c, deque_append_c, deque_extend_c;
     PyObject *letters;       /* ("a", .., "z"): the last letter of an id */
     PyObject *check_callback, *check_seconds, *superseded;
     PyObject *zero; /* 0.0 */
@@ -258,21 +260,30 @@ own_method(PyObject *self, PyObject *name, PyObject *(*function)(PyObject *, PyO
     return arg == NULL ? call0(self, name) : call1(self, name, arg);
 }
 
-/* obj.<name>(arg) where `method` is the method descriptor of obj's usual type `type`:
- * called without a lookup when obj is of that type exactly. */
+/* obj.<name>(arg) where `method` is the method descriptor of obj's usual type `type` and
+ * `direct` its C function (a METH_NOARGS one when arg is NULL, else METH_O; NULL: unknown):
+ * called without a lookup when obj is of that type exactly, and without the descriptor's
+ * call machinery when the function is known. */
 static inline PyObject *
-typed_call(PyObject *obj, PyTypeObject *type, PyObject *method, PyObject *name, PyObject *arg)
+typed_call(PyObject *obj, PyTypeObject *type, PyCFunction direct, PyObject *method,
+           PyObject *name, PyObject *arg)
 {
     if (Py_IS_TYPE(obj, type)) {
+        if (direct != NULL) {
+            return direct(obj, arg);
+        }
         PyObject *args[2] = {obj, arg};
         return PyObject_Vectorcall(method, args, arg == NULL ? 1 : 2, NULL);
     }
     return arg == NULL ? call0(obj, name) : call1(obj, name, arg);
 }
 
-#define DEQUE_POPLEFT(q) typed_call((q), S.deque_type, S.deque_popleft, S.s_popleft, NULL)
-#define DEQUE_APPEND(q, x) typed_call((q), S.deque_type, S.deque_append, S.s_append, (x))
-#define DEQUE_EXTEND(q, x) typed_call((q), S.deque_type, S.deque_extend, S.s_extend, (x))
+#define DEQUE_POPLEFT(q)                                                                  \
+    typed_call((q), S.deque_type, S.deque_popleft_c, S.deque_popleft, S.s_popleft, NULL)
+#define DEQUE_APPEND(q, x)                                                                \
+    typed_call((q), S.deque_type, S.deque_append_c, S.deque_append, S.s_append, (x))
+#define DEQUE_EXTEND(q, x)                                                                \
+    typed_call((q), S.deque_type, S.deque_extend_c, S.deque_extend, S.s_extend, (x))
 
 /* heapq.heappush and heapq.heappop on a list of heap entries (_timer_heap.c). */
 int loop_heap_push(PyObject *heap, PyObject *item);

@@ -13,6 +13,12 @@
  * same ones, so that a cycle through a record (a callback that refers to its driver; a
  * timer and its heap entry) is still collected (tests/test_loop_speedups.py).
  *
+ * They are freed by a destructor of their own too.  CPython's generic one for a class
+ * with __slots__ (subtype_dealloc) looks, for every record, for a finalizer, weak
+ * references and a __dict__ the class may have, and finds each slot by walking the
+ * classes' member tables; these classes have none of the three (make_record_types()
+ * refuses a base that has one), and their slots are the six or nine S names.
+ *
  * The records the Python methods make (enable() gives a defer a fresh record; the pure
  * drivers make all of theirs) are of the Python classes: the code reads both alike, and
  * tests for a kind with isinstance(), or here with PyObject_TypeCheck() and is_c_record().
@@ -60,10 +66,48 @@ timer_clear(PyObject *self)
     return 0;
 }
 
+/* Callback's slots that the walk leaves out: a str, bools and an int. */
+static inline void
+clear_plain_slots(PyObject *self)
+{
+    Py_CLEAR(SLOT(self, S.id));
+    Py_CLEAR(SLOT(self, S.enabled));
+    Py_CLEAR(SLOT(self, S.referenced));
+    Py_CLEAR(SLOT(self, S.invokable));
+    Py_CLEAR(SLOT(self, S.queued));
+}
+
+static void
+defer_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, defer_dealloc) /* a long chain of records freed one by one */
+    defer_clear(self);
+    clear_plain_slots(self);
+    type->tp_free(self);
+    Py_DECREF(type); /* a heap type's instances refer to it */
+    Py_TRASHCAN_END
+}
+
+static void
+timer_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, timer_dealloc)
+    timer_clear(self);
+    clear_plain_slots(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+    Py_TRASHCAN_END
+}
+
 static PyType_Slot defer_slots[] = {
     {Py_tp_doc, "A defer() record made in C: a DeferCallback walked by its few slots."},
     {Py_tp_traverse, defer_traverse},
     {Py_tp_clear, defer_clear},
+    {Py_tp_dealloc, defer_dealloc},
     {0, NULL},
 };
 
@@ -71,6 +115,7 @@ static PyType_Slot delay_slots[] = {
     {Py_tp_doc, "A delay() record made in C: a DelayCallback walked by its few slots."},
     {Py_tp_traverse, timer_traverse},
     {Py_tp_clear, timer_clear},
+    {Py_tp_dealloc, timer_dealloc},
     {0, NULL},
 };
 
@@ -78,6 +123,7 @@ static PyType_Slot repeat_slots[] = {
     {Py_tp_doc, "A repeat() record made in C: a RepeatCallback walked by its few slots."},
     {Py_tp_traverse, timer_traverse},
     {Py_tp_clear, timer_clear},
+    {Py_tp_dealloc, timer_dealloc},
     {0, NULL},
 };
 
@@ -104,8 +150,8 @@ slot_count(PyTypeObject *type)
 }
 
 /* The three classes, made from the Python ones in S (S.defer_type ...): 0, or -1.  Refused
- * if those have a __dict__ or other slots than the walks above know: Callback's six, and
- * TimerCallback's three more. */
+ * if those have a __dict__, weak references, a finalizer or other slots than the walks and
+ * destructors above know: Callback's six, and TimerCallback's three more. */
 int
 make_record_types(void)
 {
@@ -113,9 +159,14 @@ make_record_types(void)
     PyTypeObject **made[3] = {&S.c_defer_type, &S.c_delay_type, &S.c_repeat_type};
     Py_ssize_t slots[3] = {6, 9, 9};
     for (int i = 0; i < 3; i++) {
-        if (bases[i]->tp_dictoffset != 0 || slot_count(bases[i]) != slots[i]) {
-            PyErr_Format(PyExc_TypeError, "%s must have the %zd __slots__ _records.c walks",
-                         bases[i]->tp_name, slots[i]);
+        PyTypeObject *base = bases[i];
+        if (base->tp_dictoffset != 0 || base->tp_weaklistoffset != 0
+            || base->tp_finalize != NULL || base->tp_del != NULL
+            || slot_count(base) != slots[i]) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s must have the %zd __slots__ _records.c walks and frees, and "
+                         "no __dict__, __weakref__ or __del__",
+                         base->tp_name, slots[i]);
             return -1;
         }
         PyObject *type = PyType_FromSpecWithBases(&record_specs[i], (PyObject *)bases[i]);

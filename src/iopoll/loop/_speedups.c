@@ -84,6 +84,25 @@ parse_args(const char *method, PyObject *const *args, Py_ssize_t nargs, PyObject
     return 0;
 }
 
+/* The C function behind `descriptor`, a method of a C class (deque.popleft ...), when it is
+ * the method `name` taking `flags`; else NULL, and calls go through the descriptor.  The
+ * function is read from CPython's PyMethodDescrObject (no public API gives it); its name
+ * and flags are checked first, so that a change of that struct turns the direct calls off
+ * and tests/test_loop_speedups.py::test_the_deque_methods_are_called_directly fails. */
+static PyCFunction
+c_method(PyObject *descriptor, const char *name, int flags)
+{
+    if (!Py_IS_TYPE(descriptor, &PyMethodDescr_Type)) {
+        return NULL;
+    }
+    PyMethodDef *method = ((PyMethodDescrObject *)descriptor)->d_method;
+    if (method == NULL || method->ml_name == NULL || strcmp(method->ml_name, name) != 0
+        || method->ml_flags != flags) {
+        return NULL;
+    }
+    return method->ml_meth;
+}
+
 /* The next id (CallbackRegistry._new_id): a new reference. */
 static PyObject *
 new_id(PyObject *self)
@@ -531,6 +550,9 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || !found.dict_values) {
         goto error;
     }
+    found.deque_popleft_c = c_method(found.deque_popleft, "popleft", METH_NOARGS);
+    found.deque_append_c = c_method(found.deque_append, "append", METH_O);
+    found.deque_extend_c = c_method(found.deque_extend, "extend", METH_O);
     found.monotonic = import_from("time", "monotonic");
     found.sleep = import_from("time", "sleep");
     found.superseded = import_from("iopoll.loop._suspension", "Superseded");
@@ -731,6 +753,32 @@ method_names(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return names;
 }
 
+/* The C methods of other classes that the dispatch calls without their descriptors
+ * (c_method()), as "class.method"; empty before the first install(). */
+static PyObject *
+direct_calls(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    PyObject *names = PyList_New(0);
+    struct {
+        PyCFunction function;
+        const char *name;
+    } known[] = {
+        {S.deque_popleft_c, "deque.popleft"},
+        {S.deque_append_c, "deque.append"},
+        {S.deque_extend_c, "deque.extend"},
+    };
+    for (size_t i = 0; names != NULL && i < sizeof(known) / sizeof(known[0]); i++) {
+        PyObject *name = known[i].function ? PyUnicode_FromString(known[i].name) : NULL;
+        if (known[i].function && (name == NULL || PyList_Append(names, name) < 0)) {
+            Py_CLEAR(names);
+        }
+        Py_XDECREF(name);
+    }
+    PyObject *result = names == NULL ? NULL : PyList_AsTuple(names);
+    Py_XDECREF(names);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
      "install(cls, abstract_driver, loop_runner)\n--\n\n"
@@ -743,6 +791,9 @@ static PyMethodDef module_methods[] = {
      "Put the C suspension round trip on subclasses of LoopRunner and Suspension."},
     {"method_names", (PyCFunction)method_names, METH_NOARGS,
      "method_names()\n--\n\nThe names of the methods ``install()`` puts on a class."},
+    {"direct_calls", (PyCFunction)direct_calls, METH_NOARGS,
+     "direct_calls()\n--\n\nThe C methods of other classes (``deque.popleft`` ...) that "
+     "the dispatch calls\nwithout their descriptors."},
     {NULL, NULL, 0, NULL},
 };
 
