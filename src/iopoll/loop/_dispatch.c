@@ -335,7 +335,7 @@ loop_enqueue_timers(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (clock == NULL || (fifo = peek(self, S.fifo_timers)) == NULL) {
         goto error;
     }
-    int any = PyObject_IsTrue(fifo);
+    int any = nonempty(fifo);
     if (any < 0 || (any && enqueue_fifo(self, clock) < 0)
         || (queue = peek(self, S.queue)) == NULL) {
         goto error;
@@ -385,7 +385,7 @@ loop_tick(PyObject *self, PyObject *previous_idle)
     if (enable_queue == NULL) {
         return NULL;
     }
-    int waiting = PyObject_IsTrue(enable_queue);
+    int waiting = nonempty(enable_queue);
     if (waiting < 0) {
         return NULL;
     }
@@ -403,7 +403,7 @@ loop_tick(PyObject *self, PyObject *previous_idle)
         Py_DECREF(done);
     }
     PyObject *defers = peek(self, S.defers);
-    if (defers == NULL || (waiting = PyObject_IsTrue(defers)) < 0) {
+    if (defers == NULL || (waiting = nonempty(defers)) < 0) {
         return NULL;
     }
     if (waiting) {
@@ -463,10 +463,10 @@ loop_tick(PyObject *self, PyObject *previous_idle)
         }
     }
     PyObject *timers = peek(self, S.timers), *fifo = NULL;
-    int any_timers = timers == NULL ? -1 : PyObject_IsTrue(timers);
+    int any_timers = timers == NULL ? -1 : nonempty(timers);
     if (any_timers == 0) {
         fifo = peek(self, S.fifo_timers);
-        any_timers = fifo == NULL ? -1 : PyObject_IsTrue(fifo);
+        any_timers = fifo == NULL ? -1 : nonempty(fifo);
     }
     if (any_timers < 0) {
         return NULL;
@@ -550,7 +550,7 @@ loop_poll(PyObject *self, PyObject *timeout)
     if (ready == NULL) {
         return NULL;
     }
-    int any = PyObject_IsTrue(ready);
+    int any = nonempty(ready);
     if (any > 0) {
         int index = native_index(self);
         done = index >= 0 && S.installed[index].io ? iopoll_queue_ready(self, ready)

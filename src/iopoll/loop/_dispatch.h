@@ -116,6 +116,20 @@ truth(PyObject *obj, PyMemberDef *member)
     return value == NULL ? -1 : PyObject_IsTrue(value);
 }
 
+/* `bool(x)` for a container the driver keeps: without a call for an exact list or dict
+ * (its run queue and fd maps, its timer lists); anything else as Python reads it. */
+static inline int
+nonempty(PyObject *x)
+{
+    if (PyList_CheckExact(x)) {
+        return PyList_GET_SIZE(x) != 0;
+    }
+    if (PyDict_CheckExact(x)) {
+        return PyDict_GET_SIZE(x) != 0;
+    }
+    return PyObject_IsTrue(x);
+}
+
 /* obj.<member> += delta, for an int slot; -1 on error. */
 static inline int
 add_to(PyObject *obj, PyMemberDef *member, long delta)

@@ -31,7 +31,7 @@ iopoll_wait(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 static int
 extend_with(PyObject *queue, PyObject *callbacks)
 {
-    int any = PyObject_IsTrue(callbacks);
+    int any = nonempty(callbacks);
     if (any <= 0) {
         return any;
     }
