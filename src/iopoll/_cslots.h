@@ -45,6 +45,17 @@ peek(PyObject *obj, PyMemberDef *member)
     return value;
 }
 
+/* obj.<member> = value, for a member member_of() found (a writable object slot): a new
+ * reference is taken, and the old value dropped last, since its destructor may run code. */
+static inline void
+set_slot(PyObject *obj, PyMemberDef *member, PyObject *value)
+{
+    PyObject **address = (PyObject **)((char *)obj + member->offset);
+    PyObject *old = *address;
+    *address = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
 /* peek(), as a new reference. */
 static inline PyObject *
 get_slot(PyObject *obj, PyMemberDef *member)

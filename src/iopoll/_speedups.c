@@ -20,9 +20,9 @@
  * IOPOLL_PURE_PYTHON environment variable is set.
  *
  * The Context and Watcher attributes read here are __slots__ of those Python classes.  Their
- * member descriptors are looked up once, in install(), and read and written with
- * PyMember_GetOne / PyMember_SetOne: exactly what `obj._slot` does in Python, with the type
- * check that a descriptor implies done once instead of per access.
+ * member descriptors are looked up once, in install(), and the slots read and written at
+ * their offsets (_cslots.h): what `obj._slot` does in Python, with the type check that a
+ * descriptor implies done once instead of per access.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -188,9 +188,7 @@ decode_report(PyObject *watcher, PyObject *fd, PyObject *bits, PyObject *decode)
         }
         goto done; /* a bit the table lacks (POLLNVAL): _collect */
     }
-    if (PyMember_SetOne((char *)watcher, slots.triggered, triggered) < 0) {
-        goto error;
-    }
+    set_slot(watcher, slots.triggered, triggered);
     handled = 1;
     goto done;
 error:

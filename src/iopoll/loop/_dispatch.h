@@ -74,14 +74,7 @@ extern Slots S;
 /* -- slots ------------------------------------------------------------------------------ */
 
 /* obj.<member> = value (a new reference is taken). */
-static inline void
-put(PyObject *obj, PyMemberDef *member, PyObject *value)
-{
-    PyObject **address = (PyObject **)((char *)obj + member->offset);
-    PyObject *old = *address;
-    *address = Py_NewRef(value);
-    Py_XDECREF(old); /* last: its destructor may run Python code */
-}
+#define put set_slot
 
 /* obj.<member> = value, stealing value (NULL: an error already set, returns -1). */
 static inline int
