@@ -48,14 +48,27 @@ class TimerRules(DriverHarness):
         assert time.monotonic() - started < 0.05
 
     def test_repeat_zero_does_not_starve_other_timers(self, loop: Driver) -> None:
-        counts = {"repeat": 0}
+        counts = {"repeat": 0, "repeat after the delay": 0}
+        delay_fired: list[float] = []
+        start = time.monotonic()
 
         def repeat(cid: str) -> None:
             counts["repeat"] += 1
+            if delay_fired:
+                counts["repeat after the delay"] += 1
+                loop.cancel(cid)
+            elif time.monotonic() - start > 5:
+                loop.cancel(cid)  # starved: give up, the assertions below say so
 
-        repeat_id = loop.repeat(0, repeat)
-        loop.delay(0.02, lambda cid: loop.cancel(repeat_id))
+        loop.repeat(0, repeat)
+        loop.delay(0.02, lambda cid: delay_fired.append(time.monotonic()))
         loop.run()
+        # The delay fired while repeat(0) kept the loop busy, and the repeat went on
+        # running around it. No count of runs before the delay is asserted: a stall of
+        # 20 ms before the first tick (a loaded machine) makes both due in one tick.
+        assert delay_fired, "the delay never fired while repeat(0) ran"
+        assert delay_fired[0] - start < 5
+        assert counts["repeat after the delay"] == 1
         assert counts["repeat"] > 1
 
     def test_two_repeat_zero_timers_alternate(self, loop: Driver) -> None:
