@@ -5,7 +5,7 @@ Each case runs the real command line, ``python -m iopoll_conformance broken.NAME
 -x -k GROUP``, in a subprocess on the best native backend here: the rule group that states
 the broken rule, stopping at the first failure (the unbroken wrapper runs the whole suite).
 ``CI=1`` makes the differential test's search deterministic, so these results do not depend
-on luck.
+on luck; ``broken/no_shrink.py`` skips the shrinking of what it finds.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def run_suite(module: str, *pytest_args: str) -> subprocess.CompletedProcess[str
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "iopoll_conformance", module, "--backend", BACKEND, *pytest_args],
+        [
+            *(sys.executable, "-m", "iopoll_conformance", module, "--backend", BACKEND),
+            *("-p", "broken.no_shrink", *pytest_args),  # the verdict, without shrinking
+        ],
         cwd=TESTS,
         env=env,
         capture_output=True,
