@@ -42,6 +42,7 @@ from .handles import (
     StreamPollHandle,
     WeakHandle,
     fd_probe,
+    has_fileno,
 )
 from .source_handles import SourceHandle, TimerHandle
 from .timers import TimerQueue
@@ -183,7 +184,7 @@ class Context(GeneralWait):
         """
         mechanism = self._usable_mechanism(FailedHandleAddError)
         if not isinstance(handle, Handle):
-            if isinstance(handle, bool) or not isinstance(handle, (int, HasFileno)):
+            if isinstance(handle, bool) or not (isinstance(handle, int) or has_fileno(handle)):
                 raise TypeError(
                     "handle must be a Handle, an object with fileno() or an int fd, "
                     f"not {type(handle).__name__}"

@@ -31,7 +31,7 @@ from .errors import (
     Refusal,
     code_for_errno,
 )
-from .events import DecodeTable, ErrorCode, Event, coerce_events, os_events
+from .events import DecodeTable, ErrorCode, Event, coerce_events, needs_modes, os_events
 from .handles import (
     MAX_FD,
     _Uncopyable,
@@ -374,12 +374,15 @@ class ContextState(_Uncopyable):
     def _check_supported(
         self, mechanism: Mechanism, events: Event, error: type[FailedPollOperationError]
     ) -> None:
+        modes = needs_modes(events)
+        if not modes:
+            return
         name = self._backend.name
-        if events & Event.EDGE_TRIGGERED and not mechanism.supports_edge_triggering:
+        if modes & Event.EDGE_TRIGGERED and not mechanism.supports_edge_triggering:
             raise error(
                 f"Backend {name} does not support Event.EDGE_TRIGGERED", ErrorCode.NOSUPPORT
             )
-        if events & Event.PRIORITY and not mechanism.supports_priority:
+        if modes & Event.PRIORITY and not mechanism.supports_priority:
             raise error(f"Backend {name} does not support Event.PRIORITY", ErrorCode.NOSUPPORT)
 
     @staticmethod

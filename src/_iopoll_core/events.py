@@ -13,6 +13,8 @@ __all__ = [
     "NON_STREAM_EVENTS",
     "coerce_events",
     "os_events",
+    "registers_oneshot",
+    "needs_modes",
     "decode_bits",
     "decode_table",
     "flag_encoder",
@@ -132,20 +134,29 @@ def coerce_events(events: object, kind: Event = NO_EVENTS, handle_name: str = ""
     or for events the handle cannot be watched for (SPEC 10's event rules).
     """
     if isinstance(events, Event):
-        value = events
-    elif isinstance(events, (int, str, bytes)) or not isinstance(events, Iterable):
+        return _checked_events(events, kind, handle_name)
+    if isinstance(events, (int, str, bytes)) or not isinstance(events, Iterable):
         raise TypeError(
             "events must be an Event or an iterable of Event values, "
             f"not {type(events).__name__}"
         )
-    else:
-        value = Event(0)
-        for item in events:
-            if not isinstance(item, Event):
-                raise TypeError(
-                    f"events must contain only Event values, not {type(item).__name__}"
-                )
-            value |= item
+    value = Event(0)
+    for item in events:
+        if not isinstance(item, Event):
+            raise TypeError(f"events must contain only Event values, not {type(item).__name__}")
+        value |= item
+    return _checked_events(value, kind, handle_name)
+
+
+# The operators of an IntFlag are Python code (about 2 us each on CPython 3.11, against 50 ns
+# for an int's), and add() and modify() ask the same few questions of a handful of values:
+# the answers are cached, as flag_encoder's are.  The keys are always Event members, so an
+# int that compares equal to one never shares its entry.
+
+
+@functools.cache
+def _checked_events(value: Event, kind: Event, handle_name: str) -> Event:
+    """``coerce_events``'s rules for one ``Event`` (errors are raised, never cached)."""
     if not value:
         raise ValueError("events must not be empty")
     if kind:
@@ -163,6 +174,7 @@ def coerce_events(events: object, kind: Event = NO_EVENTS, handle_name: str = ""
     return value
 
 
+@functools.cache
 def os_events(events: Event) -> Event:
     """What the OS is asked to watch a handle's fd for, given what its watcher asks.
 
@@ -175,3 +187,15 @@ def os_events(events: Event) -> Event:
     if events & Event.PROCESS:
         return Event.READ | Event.ONESHOT
     return Event.READ | (events & Event.ONESHOT)
+
+
+@functools.cache
+def registers_oneshot(events: Event) -> bool:
+    """Whether a watcher of ``events`` is registered one-shot with the OS."""
+    return bool(os_events(events) & Event.ONESHOT)
+
+
+@functools.cache
+def needs_modes(events: Event) -> Event:
+    """The bits of ``events`` only some backends take: ``EDGE_TRIGGERED``, ``PRIORITY``."""
+    return events & (Event.EDGE_TRIGGERED | Event.PRIORITY)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .errors import InactiveWatcherError
-from .events import MODES, NO_EVENTS, Event, os_events
+from .events import MODES, NO_EVENTS, Event, registers_oneshot
 from .handles import Handle, _Uncopyable
 from .source_handles import SourceHandle
 
@@ -90,7 +90,7 @@ class Watcher(_Uncopyable):
     def _set_events(self, events: Event) -> None:
         """Watch ``events`` from now on, armed (the Context has told the OS already)."""
         self._events = events
-        self._oneshot = bool(os_events(events) & Event.ONESHOT)
+        self._oneshot = registers_oneshot(events)
         self._plain = not self._oneshot and not self._kind
         self._armed = True
 
