@@ -1,6 +1,6 @@
 """Run every benchmark with ``--plot`` and keep its table beside its picture.
 
-    python -m benchmarks.plots [DIR] [--quick] [--only roundtrip memory ...]
+    python -m benchmarks.plots [DIR] [--quick] [--only roundtrip memory churn ...]
 
 DIR defaults to ``docs/img``, where the README's pictures live.  Each benchmark runs in a
 process of its own, one after the other (never side by side: they time things), with its
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "roundtrip": (["--quiet"], ["--quick", "--quiet"]),
     "memory": ([], ["--watchers", "2000"]),
+    "churn": ([], ["--ops", "2000", "--repeats", "3"]),
     "bench_loop": ([], ["--quick"]),
     "bench_aio": ([], ["--quick"]),
     "bench_http": (["--quiet"], ["--quiet", "--duration", "1", "--rounds", "1"]),

@@ -131,6 +131,30 @@ def test_memory_plots_its_table(tmp_path: Path) -> None:
     assert_plotted(output, tmp_path / "memory.png")
 
 
+@pytest.mark.parametrize("command", [["-m", "benchmarks.churn"], ["benchmarks/churn.py"]])
+def test_churn_prints_every_column(command: list[str]) -> None:
+    output = run(*command, "--ops", "50", "--repeats", "1")
+    header, _, *rows = table_rows(output)
+    assert header == ["column", "add + remove", "modify"]
+    assert [row[0] for row in rows] == [
+        "select.epoll (bare)",
+        "selectors EpollSelector",
+        "iopoll EPOLL",
+        "select.poll (bare)",
+        "selectors PollSelector",
+        "iopoll POLL",
+        "iopoll_polyfill (SELECT)",
+    ]
+    for row in rows:
+        assert float(row[1]) > 0 and float(row[2]) > 0
+
+
+def test_churn_plots_its_table(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    output = run("-m", "benchmarks.churn", "--ops", "50", "--repeats", "1", "--plot", str(tmp_path))
+    assert_plotted(output, tmp_path / "churn.png")
+
+
 def made_up(rates: dict[tuple[int, str], float]) -> roundtrip.Results:
     results = roundtrip.Results(1000, sorted({n for n, _ in rates}), [t for _, t in rates])
     results.cells = {key: 1 / rate for key, rate in rates.items()}

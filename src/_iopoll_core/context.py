@@ -192,7 +192,9 @@ class Context(GeneralWait):
             if isinstance(handle, int) and handle < 0:
                 raise ValueError(f"handle must be a file descriptor >= 0, not {handle}")
             handle = StreamPollHandle(handle)
-        source = handle if isinstance(handle, SourceHandle) else None
+            source = None
+        else:
+            source = handle if isinstance(handle, SourceHandle) else None
         if source is not None:
             wanted = coerce_events(events, source._event, type(source).__name__)
             if isinstance(source, TimerHandle):

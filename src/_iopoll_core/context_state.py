@@ -16,6 +16,7 @@ stream was closed without ``remove()``.
 
 from __future__ import annotations
 
+import socket
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NoReturn
@@ -151,7 +152,10 @@ class ContextState(_Uncopyable):
         if fd >= len(by_fd):
             by_fd.extend([None] * (fd + 1 - len(by_fd)))
         by_fd[fd] = watcher
-        if callable(getattr(getattr(watcher._handle, "stream", None), "pending", None)):
+        stream = getattr(watcher._handle, "stream", None)
+        # A plain socket has no pending(), nor an instance dict to be given one: skipping the
+        # getattr skips an AttributeError raised and caught, a microsecond of every add().
+        if type(stream) is not socket.socket and callable(getattr(stream, "pending", None)):
             self._buffered[fd] = watcher
             self._refresh_fast_path()
 
