@@ -191,7 +191,7 @@ class Context(GeneralWait):
                 )
             if isinstance(handle, int) and handle < 0:
                 raise ValueError(f"handle must be a file descriptor >= 0, not {handle}")
-            handle = StreamPollHandle(handle)
+            handle = StreamPollHandle._of_checked(handle)
             source = None
         else:
             source = handle if isinstance(handle, SourceHandle) else None

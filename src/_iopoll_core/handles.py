@@ -105,6 +105,14 @@ class StreamPollHandle(Handle):
             self._fileno = stream.fileno
         self._stream = stream
 
+    @classmethod
+    def _of_checked(cls, stream: HasFileno | int) -> StreamPollHandle:
+        """The handle ``add()`` wraps a stream in once it has made ``__init__``'s checks."""
+        handle = cls.__new__(cls)
+        handle._fileno = stream.__index__ if isinstance(stream, int) else stream.fileno
+        handle._stream = stream
+        return handle
+
     @property
     def stream(self) -> HasFileno | int:
         """The stream (or ``int`` fd) this handle was made with, closed or not."""
