@@ -53,42 +53,33 @@ class Column:
 # one that watches the socket from the start, for the modify step.
 
 
-def _bare_epoll(sock: socket.socket) -> Steps:
-    churned, modified = select.epoll(), select.epoll()
-    fd = sock.fileno()
-    register, unregister, modify = churned.register, churned.unregister, modified.modify
-    modified.register(fd, select.EPOLLIN)
+def _bare(name: str, read_bit: str, write_bit: str) -> Callable[[socket.socket], Steps]:
+    """A column on ``select.epoll`` or ``select.poll`` itself (its READ and WRITE bits named)."""
 
-    def add_remove() -> None:
-        register(fd, select.EPOLLIN)
-        unregister(fd)
+    def steps(sock: socket.socket) -> Steps:
+        make = getattr(select, name)
+        read, write = getattr(select, read_bit), getattr(select, write_bit)
+        churned, modified = make(), make()
+        fd = sock.fileno()
+        register, unregister, modify = churned.register, churned.unregister, modified.modify
+        modified.register(fd, read)
 
-    def modify_twice() -> None:
-        modify(fd, select.EPOLLOUT)
-        modify(fd, select.EPOLLIN)
+        def add_remove() -> None:
+            register(fd, read)
+            unregister(fd)
 
-    def close() -> None:
-        churned.close()
-        modified.close()
+        def modify_twice() -> None:
+            modify(fd, write)
+            modify(fd, read)
 
-    return add_remove, modify_twice, close
+        def close() -> None:
+            for made in (churned, modified):
+                if hasattr(made, "close"):  # select.poll objects have nothing to close
+                    made.close()
 
+        return add_remove, modify_twice, close
 
-def _bare_poll(sock: socket.socket) -> Steps:
-    churned, modified = select.poll(), select.poll()
-    fd = sock.fileno()
-    register, unregister, modify = churned.register, churned.unregister, modified.modify
-    modified.register(fd, select.POLLIN)
-
-    def add_remove() -> None:
-        register(fd, select.POLLIN)
-        unregister(fd)
-
-    def modify_twice() -> None:
-        modify(fd, select.POLLOUT)
-        modify(fd, select.POLLIN)
-
-    return add_remove, modify_twice, lambda: None
+    return steps
 
 
 def _selector(name: str) -> Callable[[socket.socket], Steps]:
@@ -143,10 +134,10 @@ def _has(name: str) -> bool:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("select.epoll (bare)", _bare_epoll, hasattr(select, "epoll")),
+    Column("select.epoll (bare)", _bare("epoll", "EPOLLIN", "EPOLLOUT"), hasattr(select, "epoll")),
     Column("selectors EpollSelector", _selector("EpollSelector"), hasattr(select, "epoll")),
     Column("iopoll EPOLL", _context(iopoll, "EPOLL"), _has("EPOLL")),
-    Column("select.poll (bare)", _bare_poll, hasattr(select, "poll")),
+    Column("select.poll (bare)", _bare("poll", "POLLIN", "POLLOUT"), hasattr(select, "poll")),
     Column("selectors PollSelector", _selector("PollSelector"), hasattr(select, "poll")),
     Column("iopoll POLL", _context(iopoll, "POLL"), _has("POLL")),
     Column("iopoll_polyfill (SELECT)", _context(iopoll_polyfill.fallback, None)),
