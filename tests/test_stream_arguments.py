@@ -8,7 +8,6 @@ test is ``has_fileno()``, one ``getattr`` where a runtime-checkable ``isinstance
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -36,14 +35,6 @@ class Proxy:
         return getattr(self._wrapped, name)
 
 
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    left, right = socket.socketpair()
-    yield left, right
-    left.close()
-    right.close()
-
-
 @pytest.mark.parametrize("api", APIS, ids=lambda api: api.__name__)
 def test_a_fileno_of_none_is_refused_and_nothing_is_added(api: ModuleType) -> None:
     ctx = api.Context()
@@ -57,14 +48,13 @@ def test_a_fileno_of_none_is_refused_and_nothing_is_added(api: ModuleType) -> No
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda api: api.__name__)
-def test_a_proxy_whose_fileno_comes_from_getattr_is_watched(
-    api: ModuleType, pair: tuple[socket.socket, socket.socket]
-) -> None:
-    left, right = pair
-    ctx = api.Context()
-    proxy = Proxy(left)
-    watcher = ctx.add(proxy, api.Event.READ, data="proxied")
-    assert watcher.handle.stream is proxy
-    right.send(b"x")
-    ready = ctx.wait(1)
-    assert [(w.data, w.triggered_events) for w in ready] == [("proxied", api.Event.READ)]
+def test_a_proxy_whose_fileno_comes_from_getattr_is_watched(api: ModuleType) -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        ctx = api.Context()
+        proxy = Proxy(left)
+        watcher = ctx.add(proxy, api.Event.READ, data="proxied")
+        assert watcher.handle.stream is proxy
+        right.send(b"x")
+        ready = ctx.wait(1)
+        assert [(w.data, w.triggered_events) for w in ready] == [("proxied", api.Event.READ)]

@@ -97,21 +97,21 @@ class StreamPollHandle(Handle):
                 "stream must be an object with fileno() or an int file descriptor, "
                 f"not {type(stream).__name__}"
             )
-        if isinstance(stream, int):
-            if stream < 0:
-                raise ValueError(f"stream must be a file descriptor >= 0, not {stream}")
-            self._fileno = stream.__index__
-        else:
-            self._fileno = stream.fileno
-        self._stream = stream
+        if isinstance(stream, int) and stream < 0:
+            raise ValueError(f"stream must be a file descriptor >= 0, not {stream}")
+        self._hold(stream)
 
     @classmethod
     def _of_checked(cls, stream: HasFileno | int) -> StreamPollHandle:
         """The handle ``add()`` wraps a stream in once it has made ``__init__``'s checks."""
         handle = cls.__new__(cls)
-        handle._fileno = stream.__index__ if isinstance(stream, int) else stream.fileno
-        handle._stream = stream
+        handle._hold(stream)
         return handle
+
+    def _hold(self, stream: HasFileno | int) -> None:
+        """Keep ``stream`` and the probe its fd is read with: an int's own, or ``fileno``."""
+        self._fileno = stream.__index__ if isinstance(stream, int) else stream.fileno
+        self._stream = stream
 
     @property
     def stream(self) -> HasFileno | int:
