@@ -16,6 +16,7 @@ subclass overrides them, exactly as often as the Python code does.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import re
@@ -203,7 +204,9 @@ class Schedule:
 
     def state(self) -> list[tuple[Any, ...]]:
         d = self.driver
-        table: list[tuple[Any, ...]] = [("ids", tuple(d.get_identifiers()))]
+        # The lazy id map's own state first: get_identifiers() indexes what is pending.
+        table: list[tuple[Any, ...]] = [("unindexed", len(d._unindexed), d._unindexed_ended)]
+        table.append(("ids", tuple(d.get_identifiers())))
         for callback_id in d.get_identifiers():
             table.append(
                 (
@@ -450,6 +453,53 @@ def test_dead_fifo_entries_are_swept_when_they_are_half_of_all(cls: type) -> Any
     order = _queued_by_timers(d)
     assert order == ids[70:] and d._dead_timers == 0
     return order
+
+
+@both
+def test_ended_records_wait_in_the_unindexed_list_until_a_sweep(cls: type) -> Any:
+    """A burst of defers and ``delay(0)`` stays out of the id map; as they run, the ended
+    ones are swept once they are half of the list and ``_SWEEP_UNINDEXED``; a call by id
+    indexes what is still registered; and an ended record has let go of its function."""
+    from iopoll.loop._registry import _SWEEP_UNINDEXED
+
+    d = cls()
+    seen: list[tuple[Any, ...]] = []
+    functions: list[weakref.ref[Any]] = []
+
+    def note(cid: str) -> None:
+        gone = sum(ref() is None for ref in functions)
+        seen.append((cid, len(d._unindexed), d._unindexed_ended, len(d._callbacks), gone))
+
+    class Fn:
+        def __call__(self, cid: str) -> None:
+            pass
+
+    kept = d.unreference(d.delay(60, note))  # a call by id: indexed
+    for number in range(3 * _SWEEP_UNINDEXED):
+        fn = Fn()
+        functions.append(weakref.ref(fn))
+        (d.defer if number % 2 else functools.partial(d.delay, 0))(fn)
+        del fn
+    seen.append(("before", len(d._unindexed), len(d._callbacks)))
+
+    def look_up(cid: str) -> None:  # after the defers, before the timers
+        note(cid)
+        d.is_enabled(kept)
+        note(cid)
+
+    d.defer(look_up)
+    d.run()
+    note("after")
+    burst = 3 * _SWEEP_UNINDEXED
+    assert seen[0] == ("before", burst, 1)
+    # After the defers: swept once the ended (the defers, look_up itself) were half; the
+    # defers' functions are gone.  The call by id then indexes the delays.
+    assert seen[1][1:] == (burst // 2, 0, 1, burst // 2)  # the delays alone
+    assert seen[2][1:] == (0, 0, burst // 2 + 1, burst // 2)
+    assert seen[3] == ("after", 0, 0, 1, burst)
+    assert d.get_identifiers() == [kept]
+    d.close()
+    return seen
 
 
 @both
@@ -732,7 +782,7 @@ def test_reference_counts_hold_over_many_ticks() -> None:
     d.repeat(0, lambda cid: d.cancel(cid) if len(d.get_identifiers()) else None)
     d.run()
     assert sys.getrefcount(callback) == before
-    assert d._live == 0 and not d._callbacks and not d._timers
+    assert d._live == 0 and not d._index() and not d._timers
 
 
 @needs_c
@@ -746,10 +796,10 @@ def test_records_made_in_c_are_subclasses_of_the_python_classes() -> None:
         RepeatCallback: d.repeat(1, lambda cid: None),
     }
     for python_class, callback_id in made.items():
-        kind = type(d._callbacks[callback_id])
+        kind = type(d._index()[callback_id])
         assert kind.__module__ == "iopoll.loop._speedups", kind
         assert kind.__name__ == python_class.__name__ and kind.__bases__ == (python_class,)
-        assert not hasattr(d._callbacks[callback_id], "__dict__")
+        assert not hasattr(d._index()[callback_id], "__dict__")
     d.close()
 
 
@@ -796,10 +846,12 @@ def test_the_deque_methods_are_called_directly() -> None:
 
 
 @needs_c
-def test_a_long_chain_of_records_is_freed_one_by_one() -> None:
-    """Records whose callbacks each hold the record before them are all freed when the last
-    goes, without overflowing the C stack (the C records' destructor, like the generic one
-    it replaces, takes CPython's trashcan)."""
+@pytest.mark.parametrize("run", [True, False], ids=["run", "never-run"])
+def test_a_long_chain_of_records_is_freed_one_by_one(run: bool) -> None:
+    """Records whose callbacks each hold the record before them are all freed, without
+    overflowing the C stack: run, each lets go of its function as its id dies; never run,
+    the whole chain goes with the driver, and the C records' destructor, like the generic
+    one it replaces, takes CPython's trashcan."""
 
     class Freed:
         count = 0
@@ -810,11 +862,17 @@ def test_a_long_chain_of_records_is_freed_one_by_one() -> None:
     d = IoPollDriver()
     previous: Any = Freed()
     for _ in range(100_000):
-        callback_id = d.defer(lambda cid, held=previous: None)
-        previous = d._callbacks[callback_id]
-    d.run()
-    assert not d._callbacks
+        d.defer(lambda cid, held=previous: None)
+        previous = d._unindexed[-1]  # the record, left out of the id map
+    if run:
+        d.run()
+        assert Freed.count == 1  # the first record let go of it as it ran
+        assert not d._index() and not d._unindexed
+    else:
+        d.close()
+        del d
     del previous
+    gc.collect()  # the driver is in cycles of its own (its Context's callbacks)
     assert Freed.count == 1
 
 

@@ -58,6 +58,38 @@ class IdentifierRules(DriverHarness):
         assert all(isinstance(cid, str) for cid in loop.get_identifiers())
         assert len({first, second, third}) == 3
 
+    def test_get_identifiers_keeps_the_order_of_registration(self, loop: Driver) -> None:
+        """Every kind, with calls by id in between and a defer enabled again: the order in
+        which the callbacks were registered, whatever the driver indexes when."""
+        registrations = self.registrations(loop)
+        made = []
+        kinds = ["defer", "readable", "delay", "signal", "defer", "repeat", "writable", "delay"]
+        for number, kind in enumerate(kinds):
+            made.append(registrations[kind](loop, lambda cid, *rest: None))
+            if number == 2:
+                assert loop.is_enabled(made[0])
+        assert loop.get_identifiers() == made
+        loop.enable(loop.disable(made[0]))  # a defer enabled again keeps its place
+        made.append(loop.defer(lambda cid: None))
+        assert loop.get_identifiers() == made
+        for callback_id in made:
+            loop.cancel(callback_id)
+        assert loop.get_identifiers() == []
+
+    def test_get_identifiers_leaves_out_what_ran(self, loop: Driver) -> None:
+        """A defer's or a delay's id is gone from the list from its own call on, among
+        hundreds that ran before it in the same tick (the defers run before the timers)."""
+        seen: list[list[str]] = []
+        delays = []
+        for _ in range(300):
+            loop.defer(lambda cid: None)
+            delays.append(loop.delay(0, lambda cid: None))
+        loop.defer(lambda cid: seen.append(loop.get_identifiers()))
+        timer = loop.delay(0, lambda cid: seen.append(loop.get_identifiers()))
+        pending = loop.unreference(loop.delay(60, lambda cid: None))
+        loop.run()
+        assert seen == [[*delays, timer, pending], [pending]]
+
     def test_debug_info(self, loop: Driver) -> None:
         callback_id = loop.unreference(loop.delay(1, lambda cid: None))
         assert loop.debug_info() == {

@@ -72,7 +72,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from ._callbacks import READ, Callback, FdEntry, RepeatCallback, TimerCallback, check_callback
 from ._errors import InvalidCallbackError, UncaughtError
 from ._interface import ErrorHandler
-from ._registry import CallbackRegistry
+from ._registry import _SWEEP_UNINDEXED, CallbackRegistry
 from ._signals import SignalSource, SignalState
 from ._suspension import LoopRunner, Superseded, Suspension
 
@@ -335,11 +335,19 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             if not callback.invokable:
                 continue
             callback_id = callback.id
+            fn = callback.fn
             try:
                 if callback.once:
-                    # A defer's or a delay's id is dead inside its callback (cancel(), inlined).
-                    del callbacks[callback_id]
+                    # A defer's or a delay's id is dead inside its callback (cancel(), inlined),
+                    # and the record, which may wait in _unindexed a while, lets go of fn.
                     callback.enabled = callback.invokable = False
+                    del callback.fn
+                    if callback.indexed:
+                        del callbacks[callback_id]
+                    else:  # _ended_unindexed(), inlined
+                        ended = self._unindexed_ended = self._unindexed_ended + 1
+                        if ended >= _SWEEP_UNINDEXED and ended * 2 >= len(self._unindexed):
+                            self._sweep_unindexed()
                     if callback.referenced:
                         self._live -= 1
                 elif isinstance(callback, RepeatCallback):
@@ -349,11 +357,11 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
                     callback.queued += 1
                     self._enable_queue.append(callback)
                 arg = callback.arg
-                result = callback.fn(callback_id) if arg is None else callback.fn(callback_id, arg)
+                result = fn(callback_id) if arg is None else fn(callback_id, arg)
                 if result is not None:
-                    self._refuse_result(callback, result)
+                    self._refuse_result(callback_id, fn, result)
             except Exception as exc:
-                self._error(callback.fn, exc)
+                self._error(fn, exc)
             if runner.loop is not me:
                 raise Superseded  # the callback suspended: another greenlet runs the loop now
             if microtasks:
@@ -442,10 +450,10 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         del fifo[:taken]
 
     @staticmethod
-    def _refuse_result(callback: Callback, result: object) -> None:
+    def _refuse_result(callback_id: str, fn: Callable[..., Any], result: object) -> None:
         if isinstance(result, Coroutine):
             result.close()  # no "coroutine was never awaited" warning
-        raise InvalidCallbackError.nonnull_return(callback.id, callback.fn, result)
+        raise InvalidCallbackError.nonnull_return(callback_id, fn, result)
 
     def _run_microtasks(self) -> None:
         microtasks = self._microtasks

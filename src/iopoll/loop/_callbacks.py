@@ -138,10 +138,13 @@ class Callback:
 
     ``invokable``: a queued callback runs only while it is set.  A defer is invokable from
     the start (it reaches the run queue only in the next tick); the other kinds become so
-    when the tick activates them.
+    when the tick activates them.  ``indexed``: whether the driver's id map holds it yet (a
+    defer or a timer waits in ``_unindexed`` until a call by id needs the map; see
+    ``_registry.py``).  A defer or a delay lets go of ``fn`` once its id is dead, just
+    before its call.
     """
 
-    __slots__ = ("id", "fn", "enabled", "referenced", "invokable", "queued")
+    __slots__ = ("id", "fn", "enabled", "referenced", "invokable", "queued", "indexed")
 
     id: str
     fn: Callable[..., Any]
@@ -149,6 +152,7 @@ class Callback:
     referenced: bool
     invokable: bool
     queued: int  # entries in the driver's enable queue (not used by defers)
+    indexed: bool
 
     type: CallbackType  # what kind of callback this is
     once = False  # the id is cancelled just before the call
@@ -162,6 +166,7 @@ class Callback:
         self.enabled = self.referenced = True
         self.invokable = False
         self.queued = 1
+        self.indexed = False
 
 
 class DeferCallback(Callback):
@@ -176,11 +181,12 @@ class DeferCallback(Callback):
 
 
 def new_defer(callback_id: str, fn: Callable[..., Any]) -> DeferCallback:
-    """A defer record: enabled, referenced and invokable."""
+    """A defer record: enabled, referenced and invokable, not indexed yet."""
     callback = DeferCallback()
     callback.id = callback_id
     callback.fn = fn
     callback.enabled = callback.referenced = callback.invokable = True
+    callback.indexed = False
     return callback
 
 

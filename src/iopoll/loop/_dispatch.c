@@ -732,21 +732,95 @@ runs_once(PyObject *callback)
     return set;
 }
 
-/* The try block of AbstractDriver._drain for one record: -1 with the error set. */
+/* CallbackRegistry._sweep_unindexed: _unindexed becomes a new list of its records that are
+ * still enabled (the others ended). */
+PyObject *
+loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *unindexed = get_slot(self, S.unindexed);
+    if (unindexed == NULL) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(unindexed)) {
+        PyErr_SetString(PyExc_TypeError, "_unindexed must be a list");
+        Py_DECREF(unindexed);
+        return NULL;
+    }
+    PyObject *kept = PyList_New(0);
+    int failed = kept == NULL;
+    /* Reading a record's bool slot runs no Python code: the list cannot change meanwhile. */
+    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(unindexed); i++) {
+        PyObject *callback = PyList_GET_ITEM(unindexed, i);
+        int enabled = truth(callback, S.enabled);
+        failed = enabled < 0 || (enabled && PyList_Append(kept, callback) < 0);
+    }
+    Py_DECREF(unindexed);
+    if (failed) {
+        Py_XDECREF(kept);
+        return NULL;
+    }
+    if (put_new(self, S.unindexed, kept) < 0
+        || put_new(self, S.unindexed_ended, PyLong_FromLong(0)) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* CallbackRegistry._ended_unindexed: count a record of _unindexed that ended, and sweep
+ * the ended ones when they are enough. */
 static int
-run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject *callbacks)
+ended_unindexed(PyObject *self)
+{
+    if (add_to(self, S.unindexed_ended, 1) < 0) {
+        return -1;
+    }
+    PyObject *count = peek(self, S.unindexed_ended), *unindexed = peek(self, S.unindexed);
+    if (count == NULL || unindexed == NULL) {
+        return -1;
+    }
+    Py_ssize_t ended = PyLong_AsSsize_t(count);
+    if (ended == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (ended < S.sweep_unindexed) {
+        return 0; /* the common case: the list's length is not even read */
+    }
+    Py_ssize_t length = PyObject_Size(unindexed);
+    if (length < 0) {
+        return -1;
+    }
+    if (ended * 2 >= length) {
+        PyObject *done = own_method(self, S.s_sweep_unindexed, loop_sweep_unindexed, NULL);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    return 0;
+}
+
+/* The try block of AbstractDriver._drain for one record, whose function is `fn`: -1 with
+ * the error set. */
+static int
+run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject *fn,
+             PyObject *callbacks)
 {
     int once = runs_once(callback);
     if (once < 0) {
         return -1;
     }
     if (once) {
-        /* A defer's or a delay's id is dead inside its callback (cancel(), inlined). */
-        if (PyObject_DelItem(callbacks, callback_id) < 0) {
-            return -1;
-        }
+        /* A defer's or a delay's id is dead inside its callback (cancel(), inlined), and
+         * the record, which may wait in _unindexed a while, lets go of fn. */
         put_bool(callback, S.enabled, 0);
         put_bool(callback, S.invokable, 0);
+        if (peek(callback, S.fn) == NULL) {
+            return -1; /* what `del callback.fn` raises */
+        }
+        Py_CLEAR(*(PyObject **)((char *)callback + S.fn->offset));
+        int indexed = truth(callback, S.indexed);
+        if (indexed < 0
+            || (indexed ? PyObject_DelItem(callbacks, callback_id) : ended_unindexed(self)) < 0) {
+            return -1;
+        }
         int referenced = truth(callback, S.referenced);
         if (referenced < 0 || (referenced && add_to(self, S.live, -1) < 0)) {
             return -1;
@@ -776,21 +850,15 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
     if (second_argument(callback, &arg) < 0) {
         return -1;
     }
-    PyObject *fn = Py_XNewRef(peek(callback, S.fn));
-    if (fn == NULL) {
-        Py_XDECREF(arg);
-        return -1;
-    }
     PyObject *args[2] = {callback_id, arg};
     PyObject *result = PyObject_Vectorcall(fn, args, arg == NULL ? 1 : 2, NULL);
-    Py_DECREF(fn);
     Py_XDECREF(arg);
     if (result == NULL) {
         return -1;
     }
     if (result != Py_None) {
-        PyObject *refused_args[2] = {callback, result};
-        PyObject *refused = call_method(self, S.s_refuse_result, refused_args, 2);
+        PyObject *refused_args[3] = {callback_id, fn, result};
+        PyObject *refused = call_method(self, S.s_refuse_result, refused_args, 3);
         Py_DECREF(result);
         Py_XDECREF(refused); /* it always raises */
         return -1;
@@ -838,17 +906,14 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
             Py_DECREF(callback);
             continue;
         }
-        if (run_callback(self, callback, callback_id, callbacks) < 0) {
-            if (catchable()) {
-                PyObject *exc = fetch_exception();
-                PyObject *fn = Py_XNewRef(peek(callback, S.fn));
-                failed = fn == NULL ? (Py_DECREF(exc), 1) : report_error(self, fn, exc) < 0;
-                Py_XDECREF(fn);
-            }
-            else {
-                failed = 1;
-            }
+        PyObject *fn = Py_XNewRef(peek(callback, S.fn));
+        if (fn == NULL) {
+            failed = 1;
         }
+        else if (run_callback(self, callback, callback_id, fn, callbacks) < 0) {
+            failed = catchable() ? report_error(self, fn, fetch_exception()) < 0 : 1;
+        }
+        Py_XDECREF(fn);
         Py_DECREF(callback_id);
         Py_DECREF(callback);
         if (failed || still_running(runner, me) < 0) {

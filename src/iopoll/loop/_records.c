@@ -4,7 +4,7 @@
  * Each is a subclass of its Python class in _callbacks.py (DeferCallback, DelayCallback,
  * RepeatCallback) with nothing added but how the garbage collector walks it.  A Python
  * class with __slots__ is walked by CPython's generic traversal, which visits every slot:
- * for a timer record that is nine, of which only the function, the heap entry (a tuple
+ * for a timer record that is ten, of which only the function, the heap entry (a tuple
  * holding the record itself) and the clock's numbers can hold anything the collector
  * tracks; the id is a str, the flags bools, the enable count an int, all set by the
  * driver's own code.  A burst of defers keeps thousands of records alive, each walked by a
@@ -17,7 +17,7 @@
  * with __slots__ (subtype_dealloc) looks, for every record, for a finalizer, weak
  * references and a __dict__ the class may have, and finds each slot by walking the
  * classes' member tables; these classes have none of the three (make_record_types()
- * refuses a base that has one), and their slots are the six or nine S names.
+ * refuses a base that has one), and their slots are the seven or ten S names.
  *
  * The records the Python methods make (enable() gives a defer a fresh record; the pure
  * drivers make all of theirs) are of the Python classes: the code reads both alike, and
@@ -75,6 +75,7 @@ clear_plain_slots(PyObject *self)
     Py_CLEAR(SLOT(self, S.referenced));
     Py_CLEAR(SLOT(self, S.invokable));
     Py_CLEAR(SLOT(self, S.queued));
+    Py_CLEAR(SLOT(self, S.indexed));
 }
 
 static void
@@ -151,13 +152,13 @@ slot_count(PyTypeObject *type)
 
 /* The three classes, made from the Python ones in S (S.defer_type ...): 0, or -1.  Refused
  * if those have a __dict__, weak references, a finalizer or other slots than the walks and
- * destructors above know: Callback's six, and TimerCallback's three more. */
+ * destructors above know: Callback's seven, and TimerCallback's three more. */
 int
 make_record_types(void)
 {
     PyTypeObject *bases[3] = {S.defer_type, S.delay_type, S.repeat_type};
     PyTypeObject **made[3] = {&S.c_defer_type, &S.c_delay_type, &S.c_repeat_type};
-    Py_ssize_t slots[3] = {6, 9, 9};
+    Py_ssize_t slots[3] = {7, 10, 10};
     for (int i = 0; i < 3; i++) {
         PyTypeObject *base = bases[i];
         if (base->tp_dictoffset != 0 || base->tp_weaklistoffset != 0

@@ -20,6 +20,24 @@ order: one long timeout at its back would send every ``delay(0)`` behind it to t
 it takes timers only while the heap holds one: a lone timer (a ``repeat(0)`` ticking by
 itself) costs less as a heap of one, with nothing to sift, than as an entry in two lists.
 
+The id map is filled lazily.  A burst of defers or ``delay(0)`` calls (a server answering
+a thousand connections in one tick) puts each record in a dict by a str id made a moment
+ago, which hashes it, and its run takes it out again: in C that is about a tenth of a
+defer's instructions, and with a hundred thousand pending the dict's memory costs more
+than its instructions.  Yet most such ids are never passed back.  So a new defer or timer
+goes to the back of ``_unindexed``, a list in the order of registration, with ``indexed``
+False; the first call that needs the map (any call by id, ``get_identifiers()``, or a new
+stream or signal callback, which goes into the map at once) moves every record of that list
+that is still registered into it, in order, so that the map's order stays the order of
+registration.  A record leaves the list only so: the only change of state that does not
+come through its id is the end of a defer or a delay when it runs, which is also what makes
+``enabled`` False outside ``disable()``.  So an unindexed record that is not enabled has
+ended, and its run leaves it in the list (a removal would cost what the map costs).  They
+let go of their function as they end, so what stays is a small record, and only for a
+while: they are counted, and swept from the list once they are half of it and at least
+``_SWEEP_UNINDEXED``, so that each pays for a constant share of the sweeps and a burst
+leaves fewer than that many behind.
+
 A timer leaves at once when disabled, by losing its ``entry`` (its heap tuple, or its seq in
 the FIFO); the entry it left behind is dead, skipped when it comes up, and counted, so that
 the dead are swept when they are half of all.
@@ -67,6 +85,9 @@ from ._signals import SignalSource, SignalState
 
 __all__ = ["CallbackRegistry"]
 
+# The ended records _unindexed holds before it is swept of them (when they are half of it).
+_SWEEP_UNINDEXED = 1024
+
 
 class CallbackRegistry(Driver):
     """Ids, records, enable queues, activation and introspection; see the module doc."""
@@ -74,6 +95,8 @@ class CallbackRegistry(Driver):
     # Slots, not a __dict__: the C dispatch (``_speedups.c``) reads them by offset.
     __slots__ = (
         "_callbacks",
+        "_unindexed",
+        "_unindexed_ended",
         "_id_prefix",
         "_id_index",
         "_enable_queue",
@@ -92,7 +115,9 @@ class CallbackRegistry(Driver):
     )
 
     def __init__(self) -> None:
-        self._callbacks: dict[str, Callback] = {}
+        self._callbacks: dict[str, Callback] = {}  # the id map, of the indexed records
+        self._unindexed: list[Callback] = []  # defers and timers not in it yet (module doc)
+        self._unindexed_ended = 0  # its records that ended since it was last swept
         # Ids run a, b, .. z, aa, ab .. (PHP's string increment): prefix + _LETTERS[index].
         self._id_prefix = ""
         self._id_index = 0
@@ -163,10 +188,12 @@ class CallbackRegistry(Driver):
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
         # new_defer(), inlined
-        callback = self._callbacks[callback_id] = DeferCallback()
+        callback = DeferCallback()
         callback.id = callback_id
         callback.fn = fn
         callback.enabled = callback.referenced = callback.invokable = True
+        callback.indexed = False
+        self._unindexed.append(callback)
         self._defers.append(callback)
         self._live += 1
         return callback_id
@@ -180,7 +207,7 @@ class CallbackRegistry(Driver):
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
         callback = kind(callback_id, fn, seconds, self._now())
-        self._callbacks[callback_id] = callback
+        self._unindexed.append(callback)
         self._enable_queue.append(callback)
         self._live += 1
         return callback_id
@@ -209,7 +236,7 @@ class CallbackRegistry(Driver):
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
         callback = kind(callback_id, fn, stream, fd)
-        self._callbacks[callback_id] = callback
+        self._index_one(callback)
         self._enable_queue.append(callback)
         self._live += 1
         return callback_id
@@ -228,15 +255,48 @@ class CallbackRegistry(Driver):
         self._signals.add(signum)
         callback_id = self._new_id()
         callback = SignalCallback(callback_id, fn, signum)
-        self._callbacks[callback_id] = callback
+        self._index_one(callback)
         self._enable_queue.append(callback)
         self._live += 1
         return callback_id
 
+    # -- the id map ---------------------------------------------------------------------------
+
+    def _index(self) -> dict[str, Callback]:
+        """The id map, with the records of ``_unindexed`` that are still registered put in."""
+        callbacks = self._callbacks
+        unindexed = self._unindexed
+        if unindexed:
+            for callback in unindexed:
+                if callback.enabled:  # else it ended (the module doc)
+                    callback.indexed = True
+                    callbacks[callback.id] = callback
+            unindexed.clear()
+            self._unindexed_ended = 0
+        return callbacks
+
+    def _index_one(self, callback: Callback) -> None:
+        """Put a new stream or signal record in the id map, after those made before it."""
+        callbacks = self._index() if self._unindexed else self._callbacks
+        callback.indexed = True
+        callbacks[callback.id] = callback
+
+    def _ended_unindexed(self) -> None:
+        """A record of ``_unindexed`` ended (its run): sweep when enough did (the module doc).
+        ``_drain`` inlines it."""
+        ended = self._unindexed_ended = self._unindexed_ended + 1
+        if ended >= _SWEEP_UNINDEXED and ended * 2 >= len(self._unindexed):
+            self._sweep_unindexed()
+
+    def _sweep_unindexed(self) -> None:
+        """Drop the records that ended from ``_unindexed``."""
+        self._unindexed = [callback for callback in self._unindexed if callback.enabled]
+        self._unindexed_ended = 0
+
     # -- life cycle of a callback ---------------------------------------------------------------
 
     def enable(self, callback_id: str) -> str:
-        callback = self._callbacks.get(callback_id)
+        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
         if callback is None:
             raise InvalidCallbackError.invalid_identifier(callback_id)
         if callback.enabled:
@@ -246,6 +306,7 @@ class CallbackRegistry(Driver):
         if isinstance(callback, DeferCallback):
             # A fresh record: the old one may still sit in this tick's queue, not invokable.
             fresh = self._callbacks[callback_id] = new_defer(callback_id, callback.fn)
+            fresh.indexed = True
             fresh.referenced = callback.referenced
             self._defers.append(fresh)
         else:
@@ -257,7 +318,7 @@ class CallbackRegistry(Driver):
         return callback_id
 
     def disable(self, callback_id: str) -> str:
-        callback = self._callbacks.get(callback_id)
+        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
         if callback is None or not callback.enabled:
             return callback_id
         callback.enabled = False
@@ -287,13 +348,13 @@ class CallbackRegistry(Driver):
         self._enable_queue = kept
 
     def cancel(self, callback_id: str) -> None:
-        self.disable(callback_id)
+        self.disable(callback_id)  # which indexes
         callback = self._callbacks.pop(callback_id, None)
         if isinstance(callback, SignalCallback) and self._signals is not None:
             self._signals.remove(callback.signum)
 
     def reference(self, callback_id: str) -> str:
-        callback = self._callbacks.get(callback_id)
+        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
         if callback is None:
             raise InvalidCallbackError.invalid_identifier(callback_id)
         if not callback.referenced:
@@ -303,7 +364,7 @@ class CallbackRegistry(Driver):
         return callback_id
 
     def unreference(self, callback_id: str) -> str:
-        callback = self._callbacks.get(callback_id)
+        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
         if callback is not None and callback.referenced:
             callback.referenced = False
             if callback.enabled:
@@ -313,13 +374,13 @@ class CallbackRegistry(Driver):
     # -- introspection ------------------------------------------------------------------------
 
     def _get(self, callback_id: str) -> Callback:
-        callback = self._callbacks.get(callback_id)
+        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
         if callback is None:
             raise InvalidCallbackError.invalid_identifier(callback_id)
         return callback
 
     def get_identifiers(self) -> list[str]:
-        return list(self._callbacks)
+        return list(self._index())
 
     def get_type(self, callback_id: str) -> CallbackType:
         return self._get(callback_id).type

@@ -262,10 +262,10 @@ defer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
     if (callback_id == NULL) {
         return NULL;
     }
-    PyObject *callbacks = peek(self, S.callbacks);
+    PyObject *unindexed = peek(self, S.unindexed);
     PyObject *defers = peek(self, S.defers);
     PyObject *callback = new_record(S.c_defer_type);
-    if (callbacks == NULL || defers == NULL || callback == NULL) {
+    if (unindexed == NULL || defers == NULL || callback == NULL) {
         goto error;
     }
     put(callback, S.id, callback_id);
@@ -273,7 +273,8 @@ defer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
     put_bool(callback, S.enabled, 1);
     put_bool(callback, S.referenced, 1);
     put_bool(callback, S.invokable, 1);
-    if (set_item(callbacks, callback_id, callback) < 0 || PyList_Append(defers, callback) < 0
+    put_bool(callback, S.indexed, 0);
+    if (PyList_Append(unindexed, callback) < 0 || PyList_Append(defers, callback) < 0
         || add_to(self, S.live, 1) < 0) {
         goto error;
     }
@@ -304,9 +305,9 @@ add_timer(PyObject *self, PyObject *seconds, PyObject *fn, PyTypeObject *kind)
     else {
         expiration = PyNumber_Add(clock, seconds);
     }
-    PyObject *callbacks = peek(self, S.callbacks);
+    PyObject *unindexed = peek(self, S.unindexed);
     PyObject *queue = peek(self, S.enable_queue);
-    if (expiration == NULL || callbacks == NULL || queue == NULL
+    if (expiration == NULL || unindexed == NULL || queue == NULL
         || (callback = new_record(kind)) == NULL) {
         goto error;
     }
@@ -320,7 +321,8 @@ add_timer(PyObject *self, PyObject *seconds, PyObject *fn, PyTypeObject *kind)
     put(callback, S.interval, seconds);
     put(callback, S.expiration, expiration);
     put(callback, S.entry, Py_None);
-    if (set_item(callbacks, callback_id, callback) < 0 || PyList_Append(queue, callback) < 0
+    put_bool(callback, S.indexed, 0);
+    if (PyList_Append(unindexed, callback) < 0 || PyList_Append(queue, callback) < 0
         || add_to(self, S.live, 1) < 0) {
         goto error;
     }
@@ -430,6 +432,8 @@ static PyMethodDef driver_methods[] = {
      "Activate the records enabled since the last tick." C_NOTE},
     {"_enqueue_timers", (PyCFunction)loop_enqueue_timers, METH_NOARGS,
      "Queue the due timers' callbacks." C_NOTE},
+    {"_sweep_unindexed", (PyCFunction)loop_sweep_unindexed, METH_NOARGS,
+     "Drop the records that ended from ``_unindexed``." C_NOTE},
     {"_tick", (PyCFunction)loop_tick, METH_O, "One tick, up to running its queue." C_NOTE},
     {"_run_microtasks", (PyCFunction)loop_run_microtasks, METH_NOARGS,
      "Run the queued microtasks." C_NOTE},
@@ -502,6 +506,8 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || !(found.fifo_seqs = member_of(d, "_fifo_seqs"))
         || !(found.fifo_timers = member_of(d, "_fifo_timers"))
         || !(found.fifo_last = member_of(d, "_fifo_last"))
+        || !(found.unindexed = member_of(d, "_unindexed"))
+        || !(found.unindexed_ended = member_of(d, "_unindexed_ended"))
         || !(found.signal_callbacks = member_of(d, "_signal_callbacks"))
         || !(found.signals = member_of(d, "_signals")) || !(found.queue = member_of(d, "_queue"))
         || !(found.microtasks = member_of(d, "_microtasks"))
@@ -518,6 +524,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || !(found.referenced = member_of(t, "referenced"))
         || !(found.invokable = member_of(t, "invokable"))
         || !(found.queued = member_of(t, "queued"))
+        || !(found.indexed = member_of(t, "indexed"))
         || !(found.interval = member_of(t, "interval"))
         || !(found.expiration = member_of(t, "expiration"))
         || !(found.entry = member_of(t, "entry"))
@@ -561,6 +568,15 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || found.zero == NULL) {
         goto error;
     }
+    PyObject *sweep = import_from("iopoll.loop._registry", "_SWEEP_UNINDEXED");
+    found.sweep_unindexed = sweep == NULL ? -1 : PyLong_AsSsize_t(sweep);
+    Py_XDECREF(sweep);
+    if (found.sweep_unindexed < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "_SWEEP_UNINDEXED must not be negative");
+        }
+        goto error;
+    }
     struct {
         PyObject **target;
         const char *text;
@@ -597,6 +613,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         {&found.s_signals_ready, "_signals_ready"},
         {&found.s_values, "values"},
         {&found.s_suspension, "suspension"},
+        {&found.s_sweep_unindexed, "_sweep_unindexed"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {
