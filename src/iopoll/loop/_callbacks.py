@@ -166,7 +166,6 @@ class Callback:
         self.enabled = self.referenced = True
         self.invokable = False
         self.queued = 1
-        self.indexed = False
 
 
 class DeferCallback(Callback):
@@ -200,6 +199,7 @@ class TimerCallback(Callback):
         self, callback_id: str, fn: Callable[..., Any], interval: float, now: float
     ) -> None:
         self._init_queued(callback_id, fn)
+        self.indexed = False  # it waits in _unindexed (_registry.py)
         self.interval = interval
         self.expiration = now + interval
         self.entry: tuple[float, int, TimerCallback] | int | None = None
@@ -231,6 +231,7 @@ class StreamCallback(Callback):
 
     def __init__(self, callback_id: str, fn: Callable[..., Any], stream: Any, fd: int) -> None:
         self._init_queued(callback_id, fn)
+        self.indexed = True  # the registry puts it in the id map at once
         self.arg = stream
         self.fd = fd
         self.entry: FdEntry | None = None
@@ -269,6 +270,7 @@ class SignalCallback(Callback):
 
     def __init__(self, callback_id: str, fn: Callable[..., Any], signum: int) -> None:
         self._init_queued(callback_id, fn)
+        self.indexed = True  # the registry puts it in the id map at once
         self.arg = signum
 
     @property

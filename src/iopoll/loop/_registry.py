@@ -236,7 +236,9 @@ class CallbackRegistry(Driver):
         self._id_index = index + 1
         callback_id = self._id_prefix + _LETTERS[index]
         callback = kind(callback_id, fn, stream, fd)
-        self._index_one(callback)
+        if self._unindexed:  # _index_one(), inlined: streams come and go on a hot path too
+            self._index()
+        self._callbacks[callback_id] = callback
         self._enable_queue.append(callback)
         self._live += 1
         return callback_id
@@ -276,9 +278,9 @@ class CallbackRegistry(Driver):
         return callbacks
 
     def _index_one(self, callback: Callback) -> None:
-        """Put a new stream or signal record in the id map, after those made before it."""
+        """Put a new stream or signal record (``indexed`` from the start) in the id map,
+        after those made before it."""
         callbacks = self._index() if self._unindexed else self._callbacks
-        callback.indexed = True
         callbacks[callback.id] = callback
 
     def _ended_unindexed(self) -> None:
