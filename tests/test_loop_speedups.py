@@ -205,7 +205,7 @@ class Schedule:
     def state(self) -> list[tuple[Any, ...]]:
         d = self.driver
         # The lazy id map's own state first: get_identifiers() indexes what is pending.
-        table: list[tuple[Any, ...]] = [("unindexed", len(d._unindexed), d._unindexed_ended)]
+        table: list[tuple[Any, ...]] = [("unindexed", len(d._unindexed), d._unindexed_limit)]
         table.append(("ids", tuple(d.get_identifiers())))
         for callback_id in d.get_identifiers():
             table.append(
@@ -456,50 +456,67 @@ def test_dead_fifo_entries_are_swept_when_they_are_half_of_all(cls: type) -> Any
 
 
 @both
-def test_ended_records_wait_in_the_unindexed_list_until_a_sweep(cls: type) -> Any:
-    """A burst of defers and ``delay(0)`` stays out of the id map; as they run, the ended
-    ones are swept once they are half of the list and ``_SWEEP_UNINDEXED``; a call by id
-    indexes what is still registered; and an ended record has let go of its function."""
-    from iopoll.loop._registry import _SWEEP_UNINDEXED
-
+def test_ended_records_leave_the_unindexed_list_after_the_run_that_ends_them(cls: type) -> Any:
+    """A burst of defers and ``delay(0)`` stays out of the id map, and its records leave
+    ``_unindexed`` at the end of the run of the queue that ends them, having let go of their
+    functions as they ended; a call by id indexes the ones still registered."""
     d = cls()
-    seen: list[tuple[Any, ...]] = []
     functions: list[weakref.ref[Any]] = []
-
-    def note(cid: str) -> None:
-        gone = sum(ref() is None for ref in functions)
-        seen.append((cid, len(d._unindexed), d._unindexed_ended, len(d._callbacks), gone))
+    seen: list[tuple[Any, ...]] = []
 
     class Fn:
         def __call__(self, cid: str) -> None:
             pass
 
-    kept = d.unreference(d.delay(60, note))  # a call by id: indexed
-    for number in range(3 * _SWEEP_UNINDEXED):
+    def note(cid: str) -> None:
+        gone = sum(ref() is None for ref in functions)
+        seen.append((cid, len(d._unindexed), len(d._callbacks), gone))
+
+    for number in range(3000):
         fn = Fn()
         functions.append(weakref.ref(fn))
         (d.defer if number % 2 else functools.partial(d.delay, 0))(fn)
         del fn
-    seen.append(("before", len(d._unindexed), len(d._callbacks)))
 
     def look_up(cid: str) -> None:  # after the defers, before the timers
         note(cid)
-        d.is_enabled(kept)
+        d.disable(cid)  # its own id is dead by now, but a call by id indexes the rest
         note(cid)
 
     d.defer(look_up)
     d.run()
     note("after")
-    burst = 3 * _SWEEP_UNINDEXED
-    assert seen[0] == ("before", burst, 1)
-    # After the defers: swept once the ended (the defers, look_up itself) were half; the
-    # defers' functions are gone.  The call by id then indexes the delays.
-    assert seen[1][1:] == (burst // 2, 0, 1, burst // 2)  # the delays alone
-    assert seen[2][1:] == (0, 0, burst // 2 + 1, burst // 2)
-    assert seen[3] == ("after", 0, 0, 1, burst)
-    assert d.get_identifiers() == [kept]
+    assert seen == [
+        (seen[0][0], 3001, 0, 1500),  # nothing swept inside a run; the defers' fns gone
+        (seen[0][0], 0, 1500, 1500),  # the delays, indexed
+        ("after", 0, 0, 3000),
+    ]
     d.close()
     return seen
+
+
+@both
+def test_records_that_end_behind_a_live_one_are_swept_once_the_list_doubled(cls: type) -> Any:
+    """A record that lives on at the front of ``_unindexed`` holds the ended ones behind it
+    only until the list reaches twice the length of its last sweep."""
+    from iopoll.loop._registry import _SWEEP_UNINDEXED
+
+    d = cls()
+    d.delay(3600, lambda cid: None)  # lives on, unindexed, at the front
+    lengths = []
+    for _ in range(3):
+        for _ in range(2 * _SWEEP_UNINDEXED - 1):
+            d.defer(lambda cid: None)
+        d.defer(lambda cid: d.stop())
+        d.run()
+        lengths.append((len(d._unindexed), d._unindexed_limit))
+    d.close()
+    # Run 1: swept as it starts (2,049 live: the limit is 4,098), and the 2,048 defers end
+    # behind the timer.  Run 2: 4,097, under the limit.  Run 3: 6,145 are swept as it starts,
+    # to the timer and the 2,048 new defers, which end behind it again.
+    swept = 2 * _SWEEP_UNINDEXED + 1
+    assert lengths == [(swept, 2 * swept), (2 * swept - 1, 2 * swept), (swept, 2 * swept)]
+    return lengths
 
 
 @both

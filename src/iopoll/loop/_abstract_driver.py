@@ -72,7 +72,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from ._callbacks import READ, Callback, FdEntry, RepeatCallback, TimerCallback, check_callback
 from ._errors import InvalidCallbackError, UncaughtError
 from ._interface import ErrorHandler
-from ._registry import _SWEEP_UNINDEXED, CallbackRegistry
+from ._registry import CallbackRegistry
 from ._signals import SignalSource, SignalState
 from ._suspension import LoopRunner, Superseded, Suspension
 
@@ -344,10 +344,6 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
                     del callback.fn
                     if callback.indexed:
                         del callbacks[callback_id]
-                    else:  # _ended_unindexed(), inlined
-                        ended = self._unindexed_ended = self._unindexed_ended + 1
-                        if ended >= _SWEEP_UNINDEXED and ended * 2 >= len(self._unindexed):
-                            self._sweep_unindexed()
                     if callback.referenced:
                         self._live -= 1
                 elif isinstance(callback, RepeatCallback):
@@ -366,6 +362,9 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
                 raise Superseded  # the callback suspended: another greenlet runs the loop now
             if microtasks:
                 self._run_microtasks()
+        unindexed = self._unindexed  # the defers and delays that ended (_registry.py)
+        if unindexed and (not unindexed[0].enabled or len(unindexed) >= self._unindexed_limit):
+            self._tidy_unindexed()
 
     # -- the parts of a tick ------------------------------------------------------------------
 

@@ -732,6 +732,30 @@ runs_once(PyObject *callback)
     return set;
 }
 
+/* _unindexed_limit = max(_SWEEP_UNINDEXED, 2 * length) */
+static int
+put_unindexed_limit(PyObject *self, Py_ssize_t length)
+{
+    Py_ssize_t limit = length > PY_SSIZE_T_MAX / 2 ? PY_SSIZE_T_MAX : 2 * length;
+    return put_new(self, S.unindexed_limit,
+                   PyLong_FromSsize_t(limit < S.sweep_unindexed ? S.sweep_unindexed : limit));
+}
+
+/* The length at which _unindexed is swept whole (its _unindexed_limit); -1 on error. */
+static Py_ssize_t
+unindexed_limit(PyObject *self)
+{
+    PyObject *limit = peek(self, S.unindexed_limit);
+    if (limit == NULL) {
+        return -1;
+    }
+    Py_ssize_t at = PyLong_AsSsize_t(limit);
+    if (at < 0 && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "_unindexed_limit must not be negative");
+    }
+    return at < 0 ? -1 : at;
+}
+
 /* CallbackRegistry._sweep_unindexed: _unindexed becomes a new list of its records that are
  * still enabled (the others ended). */
 PyObject *
@@ -759,42 +783,88 @@ loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
         Py_XDECREF(kept);
         return NULL;
     }
-    if (put_new(self, S.unindexed, kept) < 0
-        || put_new(self, S.unindexed_ended, PyLong_FromLong(0)) < 0) {
+    Py_ssize_t length = PyList_GET_SIZE(kept);
+    if (put_new(self, S.unindexed, kept) < 0 || put_unindexed_limit(self, length) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
 }
 
-/* CallbackRegistry._ended_unindexed: count a record of _unindexed that ended, and sweep
- * the ended ones when they are enough. */
-static int
-ended_unindexed(PyObject *self)
+/* CallbackRegistry._tidy_unindexed: the ended records at the front of _unindexed dropped,
+ * then the whole list swept if it reached its limit. */
+PyObject *
+loop_tidy_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (add_to(self, S.unindexed_ended, 1) < 0) {
-        return -1;
+    PyObject *unindexed = get_slot(self, S.unindexed);
+    if (unindexed == NULL) {
+        return NULL;
     }
-    PyObject *count = peek(self, S.unindexed_ended), *unindexed = peek(self, S.unindexed);
-    if (count == NULL || unindexed == NULL) {
-        return -1;
+    if (!PyList_CheckExact(unindexed)) {
+        PyErr_SetString(PyExc_TypeError, "_unindexed must be a list");
+        Py_DECREF(unindexed);
+        return NULL;
     }
-    Py_ssize_t ended = PyLong_AsSsize_t(count);
-    if (ended == -1 && PyErr_Occurred()) {
-        return -1;
+    Py_ssize_t ended = 0;
+    int failed = 0;
+    for (; ended < PyList_GET_SIZE(unindexed); ended++) {
+        int enabled = truth(PyList_GET_ITEM(unindexed, ended), S.enabled);
+        if (enabled != 0) {
+            failed = enabled < 0;
+            break;
+        }
     }
-    if (ended < S.sweep_unindexed) {
-        return 0; /* the common case: the list's length is not even read */
+    if (!failed && ended) {
+        failed = PyList_SetSlice(unindexed, 0, ended, NULL) < 0
+                 || put_unindexed_limit(self, PyList_GET_SIZE(unindexed)) < 0;
+    }
+    Py_ssize_t at = failed ? -1 : unindexed_limit(self);
+    failed = failed || at < 0;
+    if (!failed && PyList_GET_SIZE(unindexed) >= at) {
+        PyObject *done = own_method(self, S.s_sweep_unindexed, loop_sweep_unindexed, NULL);
+        failed = done == NULL;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(unindexed);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The end of AbstractDriver._drain: _tidy_unindexed() when the front of _unindexed ended or
+ * the list reached its limit. */
+static int
+tidy_if_due(PyObject *self)
+{
+    PyObject *unindexed = peek(self, S.unindexed);
+    if (unindexed == NULL) {
+        return -1;
     }
     Py_ssize_t length = PyObject_Size(unindexed);
-    if (length < 0) {
-        return -1;
+    if (length <= 0) {
+        return (int)length;
     }
-    if (ended * 2 >= length) {
-        PyObject *done = own_method(self, S.s_sweep_unindexed, loop_sweep_unindexed, NULL);
-        Py_XDECREF(done);
-        return done == NULL ? -1 : 0;
+    int due = 0;
+    if (PyList_CheckExact(unindexed)) {
+        int first_enabled = truth(PyList_GET_ITEM(unindexed, 0), S.enabled);
+        if (first_enabled < 0) {
+            return -1;
+        }
+        due = !first_enabled;
     }
-    return 0;
+    if (!due) {
+        Py_ssize_t at = unindexed_limit(self);
+        if (at < 0) {
+            return -1;
+        }
+        due = length >= at;
+    }
+    if (!due) {
+        return 0;
+    }
+    PyObject *done = own_method(self, S.s_tidy_unindexed, loop_tidy_unindexed, NULL);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
 }
 
 /* The try block of AbstractDriver._drain for one record, whose function is `fn`: -1 with
@@ -817,8 +887,7 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
         }
         Py_CLEAR(*(PyObject **)((char *)callback + S.fn->offset));
         int indexed = truth(callback, S.indexed);
-        if (indexed < 0
-            || (indexed ? PyObject_DelItem(callbacks, callback_id) : ended_unindexed(self)) < 0) {
+        if (indexed < 0 || (indexed && PyObject_DelItem(callbacks, callback_id) < 0)) {
             return -1;
         }
         int referenced = truth(callback, S.referenced);
@@ -929,6 +998,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
             failed = done == NULL;
         }
     }
+    failed = failed || tidy_if_due(self) < 0;
     Py_XDECREF(microtasks);
     Py_XDECREF(queue);
     Py_XDECREF(callbacks);

@@ -20,7 +20,7 @@ typedef struct {
     PyMemberDef *callbacks, *id_prefix, *id_index, *enable_queue, *defers, *stale_queued;
     PyMemberDef *live, *timers, *timer_seq, *dead_timers, *signal_callbacks, *signals;
     PyMemberDef *fifo_seqs, *fifo_timers, *fifo_last;
-    PyMemberDef *unindexed, *unindexed_ended;
+    PyMemberDef *unindexed, *unindexed_limit;
     Py_ssize_t sweep_unindexed; /* _registry._SWEEP_UNINDEXED */
     /* AbstractDriver */
     PyMemberDef *queue, *microtasks, *idle, *stopped, *interrupt, *runner;
@@ -57,7 +57,7 @@ typedef struct {
     PyObject *s_popleft, *s_append, *s_extend, *s_pending, *s_once, *s_arg, *s_code;
     PyObject *s_co_flags, *s_seconds, *s_interval, *s_fn;
     PyObject *s_wait, *s_context_wait, *s_queue_ready, *s_idle_wait, *s_signals_ready, *s_values;
-    PyObject *s_suspension, *s_sweep_unindexed;
+    PyObject *s_suspension, *s_sweep_unindexed, *s_tidy_unindexed;
     /* IoPollDriver's _wait and _queue_ready (install_io()): Watcher and FdEntry slots */
     PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
     PyTypeObject *entry_type; /* FdEntry */
@@ -303,6 +303,7 @@ int loop_heap_first(PyObject *entry, PyObject *expiration, PyObject *seq);
 PyObject *loop_activate(PyObject *self, PyObject *callbacks);
 PyObject *loop_enqueue_timers(PyObject *self, PyObject *ignored);
 PyObject *loop_sweep_unindexed(PyObject *self, PyObject *ignored);
+PyObject *loop_tidy_unindexed(PyObject *self, PyObject *ignored);
 PyObject *loop_tick(PyObject *self, PyObject *previous_idle);
 PyObject *loop_run_microtasks(PyObject *self, PyObject *ignored);
 PyObject *loop_drain(PyObject *self, PyObject *ignored);

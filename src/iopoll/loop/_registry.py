@@ -34,9 +34,13 @@ come through its id is the end of a defer or a delay when it runs, which is also
 ``enabled`` False outside ``disable()``.  So an unindexed record that is not enabled has
 ended, and its run leaves it in the list (a removal would cost what the map costs).  They
 let go of their function as they end, so what stays is a small record, and only for a
-while: they are counted, and swept from the list once they are half of it and at least
-``_SWEEP_UNINDEXED``, so that each pays for a constant share of the sweeps and a burst
-leaves fewer than that many behind.
+while: after each run of the queue, the ended records at the front of the list go (defers
+and zero delays end in the order they were made, so a burst goes at the end of the run that
+ends it), and a list that reached ``_unindexed_limit`` is swept whole, for those that ended
+out of order behind a record that lives on.  The limit is twice the length left (at least
+``_SWEEP_UNINDEXED``): a list is swept again only once it doubled, so each registration
+pays for a constant share of the sweeps, and the ended records held are never many more
+than the live ones.  The check is a test or two per run of the queue, not one per record.
 
 A timer leaves at once when disabled, by losing its ``entry`` (its heap tuple, or its seq in
 the FIFO); the entry it left behind is dead, skipped when it comes up, and counted, so that
@@ -54,6 +58,7 @@ from __future__ import annotations
 import abc
 import heapq
 import itertools
+import operator
 import socket
 from collections.abc import Callable, Iterable
 from types import CodeType
@@ -85,8 +90,9 @@ from ._signals import SignalSource, SignalState
 
 __all__ = ["CallbackRegistry"]
 
-# The ended records _unindexed holds before it is swept of them (when they are half of it).
+# The least length of _unindexed at which it is swept of its ended records.
 _SWEEP_UNINDEXED = 1024
+_ENABLED = operator.attrgetter("enabled")
 
 
 class CallbackRegistry(Driver):
@@ -96,7 +102,7 @@ class CallbackRegistry(Driver):
     __slots__ = (
         "_callbacks",
         "_unindexed",
-        "_unindexed_ended",
+        "_unindexed_limit",
         "_id_prefix",
         "_id_index",
         "_enable_queue",
@@ -117,7 +123,7 @@ class CallbackRegistry(Driver):
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}  # the id map, of the indexed records
         self._unindexed: list[Callback] = []  # defers and timers not in it yet (module doc)
-        self._unindexed_ended = 0  # its records that ended since it was last swept
+        self._unindexed_limit = _SWEEP_UNINDEXED  # its length that calls for a sweep
         # Ids run a, b, .. z, aa, ab .. (PHP's string increment): prefix + _LETTERS[index].
         self._id_prefix = ""
         self._id_index = 0
@@ -274,7 +280,7 @@ class CallbackRegistry(Driver):
                     callback.indexed = True
                     callbacks[callback.id] = callback
             unindexed.clear()
-            self._unindexed_ended = 0
+            self._unindexed_limit = _SWEEP_UNINDEXED
         return callbacks
 
     def _index_one(self, callback: Callback) -> None:
@@ -283,17 +289,24 @@ class CallbackRegistry(Driver):
         callbacks = self._index() if self._unindexed else self._callbacks
         callbacks[callback.id] = callback
 
-    def _ended_unindexed(self) -> None:
-        """A record of ``_unindexed`` ended (its run): sweep when enough did (the module doc).
-        ``_drain`` inlines it."""
-        ended = self._unindexed_ended = self._unindexed_ended + 1
-        if ended >= _SWEEP_UNINDEXED and ended * 2 >= len(self._unindexed):
+    def _tidy_unindexed(self) -> None:
+        """After a run of the queue: drop the ended records at the front of ``_unindexed``,
+        then sweep it whole if it reached its limit (the module doc)."""
+        unindexed = self._unindexed
+        # The index of the first record still enabled, found at C speed.
+        ended = next(itertools.compress(itertools.count(), map(_ENABLED, unindexed)), None)
+        ended = len(unindexed) if ended is None else ended
+        if ended:
+            del unindexed[:ended]
+            self._unindexed_limit = max(_SWEEP_UNINDEXED, 2 * len(unindexed))
+        if len(unindexed) >= self._unindexed_limit:
             self._sweep_unindexed()
 
     def _sweep_unindexed(self) -> None:
-        """Drop the records that ended from ``_unindexed``."""
-        self._unindexed = [callback for callback in self._unindexed if callback.enabled]
-        self._unindexed_ended = 0
+        """Drop every record that ended from ``_unindexed``."""
+        unindexed = self._unindexed
+        kept = self._unindexed = list(itertools.compress(unindexed, map(_ENABLED, unindexed)))
+        self._unindexed_limit = max(_SWEEP_UNINDEXED, 2 * len(kept))
 
     # -- life cycle of a callback ---------------------------------------------------------------
 

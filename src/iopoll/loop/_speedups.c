@@ -433,7 +433,10 @@ static PyMethodDef driver_methods[] = {
     {"_enqueue_timers", (PyCFunction)loop_enqueue_timers, METH_NOARGS,
      "Queue the due timers' callbacks." C_NOTE},
     {"_sweep_unindexed", (PyCFunction)loop_sweep_unindexed, METH_NOARGS,
-     "Drop the records that ended from ``_unindexed``." C_NOTE},
+     "Drop every record that ended from ``_unindexed``." C_NOTE},
+    {"_tidy_unindexed", (PyCFunction)loop_tidy_unindexed, METH_NOARGS,
+     "After a run of the queue: drop the ended records at the front of ``_unindexed``, then "
+     "sweep it whole if it reached its limit." C_NOTE},
     {"_tick", (PyCFunction)loop_tick, METH_O, "One tick, up to running its queue." C_NOTE},
     {"_run_microtasks", (PyCFunction)loop_run_microtasks, METH_NOARGS,
      "Run the queued microtasks." C_NOTE},
@@ -507,7 +510,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         || !(found.fifo_timers = member_of(d, "_fifo_timers"))
         || !(found.fifo_last = member_of(d, "_fifo_last"))
         || !(found.unindexed = member_of(d, "_unindexed"))
-        || !(found.unindexed_ended = member_of(d, "_unindexed_ended"))
+        || !(found.unindexed_limit = member_of(d, "_unindexed_limit"))
         || !(found.signal_callbacks = member_of(d, "_signal_callbacks"))
         || !(found.signals = member_of(d, "_signals")) || !(found.queue = member_of(d, "_queue"))
         || !(found.microtasks = member_of(d, "_microtasks"))
@@ -614,6 +617,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         {&found.s_values, "values"},
         {&found.s_suspension, "suspension"},
         {&found.s_sweep_unindexed, "_sweep_unindexed"},
+        {&found.s_tidy_unindexed, "_tidy_unindexed"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {
