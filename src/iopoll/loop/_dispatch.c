@@ -756,18 +756,25 @@ unindexed_limit(PyObject *self)
     return at < 0 ? -1 : at;
 }
 
+/* The driver's _unindexed, a new reference to the list the registry made; NULL on error. */
+static PyObject *
+unindexed_list(PyObject *self)
+{
+    PyObject *unindexed = get_slot(self, S.unindexed);
+    if (unindexed != NULL && !PyList_CheckExact(unindexed)) {
+        PyErr_SetString(PyExc_TypeError, "_unindexed must be a list");
+        Py_CLEAR(unindexed);
+    }
+    return unindexed;
+}
+
 /* CallbackRegistry._sweep_unindexed: _unindexed becomes a new list of its records that are
  * still enabled (the others ended). */
 PyObject *
 loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *unindexed = get_slot(self, S.unindexed);
+    PyObject *unindexed = unindexed_list(self);
     if (unindexed == NULL) {
-        return NULL;
-    }
-    if (!PyList_CheckExact(unindexed)) {
-        PyErr_SetString(PyExc_TypeError, "_unindexed must be a list");
-        Py_DECREF(unindexed);
         return NULL;
     }
     PyObject *kept = PyList_New(0);
@@ -795,13 +802,8 @@ loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
 PyObject *
 loop_tidy_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *unindexed = get_slot(self, S.unindexed);
+    PyObject *unindexed = unindexed_list(self);
     if (unindexed == NULL) {
-        return NULL;
-    }
-    if (!PyList_CheckExact(unindexed)) {
-        PyErr_SetString(PyExc_TypeError, "_unindexed must be a list");
-        Py_DECREF(unindexed);
         return NULL;
     }
     Py_ssize_t ended = 0;
