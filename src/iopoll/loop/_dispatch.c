@@ -842,27 +842,22 @@ tidy_if_due(PyObject *self)
     if (unindexed == NULL) {
         return -1;
     }
-    Py_ssize_t length = PyObject_Size(unindexed);
-    if (length <= 0) {
-        return (int)length;
-    }
-    int due = 0;
+    /* Anything but a list goes to _tidy_unindexed, which refuses it. */
     if (PyList_CheckExact(unindexed)) {
+        Py_ssize_t length = PyList_GET_SIZE(unindexed);
+        if (length == 0) {
+            return 0;
+        }
         int first_enabled = truth(PyList_GET_ITEM(unindexed, 0), S.enabled);
         if (first_enabled < 0) {
             return -1;
         }
-        due = !first_enabled;
-    }
-    if (!due) {
-        Py_ssize_t at = unindexed_limit(self);
-        if (at < 0) {
-            return -1;
+        if (first_enabled) {
+            Py_ssize_t at = unindexed_limit(self);
+            if (at < 0 || length < at) {
+                return at < 0 ? -1 : 0;
+            }
         }
-        due = length >= at;
-    }
-    if (!due) {
-        return 0;
     }
     PyObject *done = own_method(self, S.s_tidy_unindexed, loop_tidy_unindexed, NULL);
     Py_XDECREF(done);
@@ -884,9 +879,7 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
          * the record, which may wait in _unindexed a while, lets go of fn. */
         put_bool(callback, S.enabled, 0);
         put_bool(callback, S.invokable, 0);
-        if (peek(callback, S.fn) == NULL) {
-            return -1; /* what `del callback.fn` raises */
-        }
+        /* `del callback.fn`: loop_drain read it just before, so it is set. */
         Py_CLEAR(*(PyObject **)((char *)callback + S.fn->offset));
         int indexed = truth(callback, S.indexed);
         if (indexed < 0 || (indexed && PyObject_DelItem(callbacks, callback_id) < 0)) {

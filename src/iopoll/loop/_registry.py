@@ -311,9 +311,7 @@ class CallbackRegistry(Driver):
     # -- life cycle of a callback ---------------------------------------------------------------
 
     def enable(self, callback_id: str) -> str:
-        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
-        if callback is None:
-            raise InvalidCallbackError.invalid_identifier(callback_id)
+        callback = self._get(callback_id)
         if callback.enabled:
             return callback_id
         if callback.referenced:
@@ -369,9 +367,7 @@ class CallbackRegistry(Driver):
             self._signals.remove(callback.signum)
 
     def reference(self, callback_id: str) -> str:
-        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
-        if callback is None:
-            raise InvalidCallbackError.invalid_identifier(callback_id)
+        callback = self._get(callback_id)
         if not callback.referenced:
             callback.referenced = True
             if callback.enabled:
