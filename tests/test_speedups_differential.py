@@ -21,7 +21,8 @@ path.  Two parts:
   run while they exist, and must afterwards), a stream closed while a ``dup`` keeps it
   open, POLLNVAL on POLL, EINTR with a handler that returns, one that raises and one that
   closes the context, a handle whose ``fileno()`` starts raising, more reports than the C
-  code's stack array, and a forked child.  The two differences between C and Python these
+  code's stack array (and a wait nested in a probe while its array is in use), and a
+  forked child.  The two differences between C and Python these
   found (both fixed) are noted at their tests.
 """
 
@@ -61,6 +62,9 @@ from iopoll_conformance.process import in_child
 ACCELERATED = iopoll._native.ACCELERATED
 EPOLL_AVAILABLE = Backend.EPOLL.is_available()
 needs_epoll = pytest.mark.skipif(not EPOLL_AVAILABLE, reason="needs EPOLL")
+needs_speedups_in_use = pytest.mark.skipif(
+    not ACCELERATED, reason="no C fast path: iopoll runs pure Python here"
+)
 needs_sigalrm = pytest.mark.skipif(
     not hasattr(signal, "setitimer") or not hasattr(signal, "pthread_sigmask"),
     reason="needs signal.setitimer and signal.pthread_sigmask",
@@ -1099,24 +1103,29 @@ def test_a_fileno_that_starts_raising_is_handled_alike(
     _both_agree(lambda module: _raising_fileno(module, error, pairs))
 
 
-# -- more reports than the C fast path's stack array (64) ---------------------------------------
+# -- more reports than the C fast path's stack array (256) --------------------------------------
+
+MANY = 320  # watchers: their reports go to the Context's _native_buffer, not the stack
 
 
-def _many(module: ModuleType, make: MakePair) -> list[Any]:
-    kinds = [WRITE, READ, READ | ONESHOT, READ | EDGE]
+def _many(module: ModuleType, backend: Backend, make: MakePair) -> list[Any]:
+    kinds = [WRITE, READ, READ | ONESHOT]
+    if backend is Backend.EPOLL:
+        kinds.append(READ | EDGE)
     transcript: list[Any] = []
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(backend) as ctx:
         peers, watchers = [], []
-        for i in range(100):
+        for i in range(MANY):
             peer, sock = make()
             peers.append(peer)
-            watchers.append(ctx.add(sock, kinds[i % 4], f"w{i}"))
-        sent = [i for i in range(100) if kinds[i % 4] != WRITE and i % 5]
+            watchers.append(ctx.add(sock, kinds[i % len(kinds)], f"w{i}"))
+        kind = [kinds[i % len(kinds)] for i in range(MANY)]
+        sent = [i for i in range(MANY) if kind[i] != WRITE and i % 5]
         for i in sent:
             peers[i].send(b"x")
-        ready = {f"w{i}" for i in range(100) if kinds[i % 4] == WRITE or i in sent}
-        level = {f"w{i}" for i in range(100) if kinds[i % 4] in (WRITE, READ) and f"w{i}" in ready}
-        assert len(ready) > 64  # the C fast path needs its heap array for these
+        ready = {f"w{i}" for i in range(MANY) if kind[i] == WRITE or i in sent}
+        level = {f"w{i}" for i in range(MANY) if kind[i] in (WRITE, READ) and f"w{i}" in ready}
+        assert len(ready) > 256  # the C fast path needs more than its stack array for these
 
         def check(result: list[Any], expected: set[str]) -> None:
             transcript.append(_labels(result))
@@ -1125,26 +1134,120 @@ def _many(module: ModuleType, make: MakePair) -> list[Any]:
         check(ctx.wait(0.0), ready)
         check(ctx.wait(None), level)  # the one-shots and the edges were reported once
         for i in sent:
-            if kinds[i % 4] & ONESHOT:
-                watchers[i].modify_events(kinds[i % 4])  # re-armed
-            elif kinds[i % 4] & EDGE:
+            if kind[i] & ONESHOT:
+                watchers[i].modify_events(kind[i])  # re-armed
+            elif kind[i] & EDGE:
                 peers[i].send(b"y")  # a new edge
         check(ctx.wait(0.01), ready)
         check(ctx.wait(0), level)
-        check(ctx.wait(0, 0, 70), level)
-        assert len(ctx) == 100
+        check(ctx.wait(0, 0, MANY), level)  # max_events: the general path
+        assert len(ctx) == MANY
     return transcript
 
 
-@needs_epoll
+NATIVE_BACKENDS = [
+    pytest.param(Backend.EPOLL, marks=needs_epoll, id="EPOLL"),
+    pytest.param(Backend.POLL, id="POLL"),
+]
+
+
+@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
 @pytest.mark.parametrize("module", MODULES)
-def test_more_reports_than_the_stack_array(module: ModuleType, pairs: MakePair) -> None:
-    _many(module, pairs)
+def test_more_reports_than_the_stack_array(
+    module: ModuleType, backend: Backend, pairs: MakePair
+) -> None:
+    _many(module, backend, pairs)
 
 
-@needs_epoll
-def test_many_report_transcripts_agree(pairs: MakePair) -> None:
-    _both_agree(lambda module: _many(module, pairs))
+@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
+def test_many_report_transcripts_agree(backend: Backend, pairs: MakePair) -> None:
+    _both_agree(lambda module: _many(module, backend, pairs))
+
+
+class _NestingHandle(fz.SocketHandle):
+    """A socket whose first probe in a wait() (after ``armed``) makes more streams readable
+    (``wake``) and waits on the same context: the nested call's reports are not the outer
+    one's, and it must not write them over the outer one's array."""
+
+    __slots__ = ("ctx", "wake", "armed", "nested")
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.ctx: Ctx = None
+        self.wake: list[socket.socket] = []
+        self.armed = False
+        self.nested: list[Any] = []
+
+    def fileno(self) -> int:
+        if self.armed:
+            self.armed = False
+            for peer in self.wake:
+                peer.send(b"x")
+            self.nested.append([w.data for w in self.ctx.wait(0)])
+        return super().fileno()
+
+
+def _nested(module: ModuleType, backend: Backend, make: MakePair) -> list[Any]:
+    # The nested call's reports must differ from the outer one's at the places the outer
+    # one has yet to read: on EPOLL the writers are edge-triggered, so that the nested call
+    # reports the nesting watcher and the readers alone; on POLL, which reports in the
+    # order of registration, the readers come first.
+    edge = backend is Backend.EPOLL
+    with module.Context(backend) as ctx:
+        readers, peers = [], []
+        for i in range(40):
+            peer, sock = make()
+            peers.append(peer)
+            readers.append(f"r{i}")
+            ctx.add(sock, READ, f"r{i}")
+        nesting = _NestingHandle(make()[1])
+        nesting.ctx = ctx
+        nesting.wake = peers
+        ctx.add(nesting, WRITE, "nesting")
+        writers = {"nesting", *range(MANY)}
+        kind = WRITE | EDGE if edge else WRITE
+        added = [ctx.add(make()[1], kind, i) for i in range(MANY)]
+        assert len(ctx.wait(0)) == len(writers)  # now the Context holds the array
+        for watcher in added:
+            watcher.modify_events(kind)  # a new edge for each writer
+        nesting.armed = True
+        result = ctx.wait(0)  # what was ready before the probe: the writers
+        (inner,) = nesting.nested  # and what was ready in it: the readers too
+        assert len(result) == len(writers) and {w.data for w in result} == writers
+        expected = {"nesting", *readers} if edge else writers | set(readers)
+        assert len(inner) == len(expected) and set(inner) == expected
+        return [_labels(result), inner]
+
+
+@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
+@pytest.mark.parametrize("module", MODULES)
+def test_a_wait_nested_in_a_probe_gets_its_own_report_array(
+    module: ModuleType, backend: Backend, pairs: MakePair
+) -> None:
+    _nested(module, backend, pairs)
+
+
+@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
+def test_nested_wait_transcripts_agree(backend: Backend, pairs: MakePair) -> None:
+    _both_agree(lambda module: _nested(module, backend, pairs))
+
+
+@needs_speedups_in_use
+@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
+def test_the_report_array_is_kept_for_the_next_wait_and_dropped_by_close(
+    backend: Backend, pairs: MakePair
+) -> None:
+    ctx = iopoll.Context(backend)
+    for _ in range(MANY):
+        ctx.add(pairs()[1], WRITE)
+    assert ctx._native_buffer is None  # nothing waited yet
+    assert len(ctx.wait(0)) == MANY
+    kept = ctx._native_buffer
+    assert isinstance(kept, bytearray) and len(kept) >= MANY * 8
+    assert len(ctx.wait(0)) == MANY
+    assert ctx._native_buffer is kept  # the same array, not one per call
+    ctx.close()
+    assert ctx._native_buffer is None
 
 
 # -- fork ---------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from .errors import (
     Refusal,
     code_for_errno,
 )
-from .events import Event, coerce_events, os_events
+from .events import Event, coerce_events, decode_prefix, os_events
 from .general_wait import GeneralWait
 from .handles import (
     MAX_FD,
@@ -109,6 +109,7 @@ class Context(GeneralWait):
         self._self_ref = weakref.ref(self)
         self._watchers = {}
         self._by_fd = []
+        self._native_buffer = None
         self._buffered = {}
         self._stale_fds = set()
         self._leftovers = {}
@@ -118,6 +119,7 @@ class Context(GeneralWait):
         self._removed = []
         self._on_removed = None
         self._decode = mechanism.decode
+        self._decode_low = decode_prefix(mechanism.decode)
         self._max_timeout = mechanism.max_timeout
         self._use(mechanism)
         _contexts.add(self)
@@ -156,6 +158,7 @@ class Context(GeneralWait):
         _deactivate(self._watchers, self._timers.watchers)
         self._watchers.clear()
         self._by_fd.clear()
+        self._native_buffer = None
         self._buffered.clear()
         self._leftovers.clear()
         self._timers.clear()

@@ -61,8 +61,10 @@ class ContextState(_Uncopyable):
         "_fast_poll",
         "_native_fd",
         "_native_pollfds",
+        "_native_buffer",
         "_first_timer",
         "_decode",
+        "_decode_low",
         "_max_timeout",
         "_closed",
         "_self_ref",
@@ -93,10 +95,19 @@ class ContextState(_Uncopyable):
     _native_fd: int
     # The same for POLL: the mechanism's struct pollfd array (Mechanism.native_pollfds).
     _native_pollfds: bytearray | None
+    # The C fast path's array for the OS's reports when they may not fit on its stack (more
+    # than 256 watchers): grown there, never shrunk until close(), and out of the slot
+    # (None) while a wait() uses it, so that a nested one takes its own.  Pure Python never
+    # reads it.
+    _native_buffer: bytearray | None
     # The first armed timer's deadline (time.monotonic() seconds), None with none armed:
     # the fast path cuts its OS wait there, and leaves a due timer to the general path.
     _first_timer: float | None
     _decode: DecodeTable
+    # _decode for the patterns below events.DECODE_PREFIX, by index (events.decode_prefix):
+    # how the C fast path decodes a report without an int and a hash.  Pure Python never
+    # reads it.
+    _decode_low: tuple[Event | None, ...]
     _max_timeout: float
     _closed: bool
     # What each watcher holds of its context: a watcher never keeps a context alive.

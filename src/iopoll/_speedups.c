@@ -49,8 +49,9 @@
 typedef struct {
     PyTypeObject *context_type;
     PyTypeObject *watcher_type;
-    PyMemberDef *fast_poll, *watchers, *decode, *max_timeout;  /* Context */
-    PyMemberDef *native_fd, *native_pollfds, *by_fd, *first_timer; /* Context */
+    PyMemberDef *fast_poll, *watchers, *decode, *decode_low, *max_timeout; /* Context */
+    PyMemberDef *native_fd, *native_pollfds, *native_buffer;        /* Context */
+    PyMemberDef *by_fd, *first_timer;                               /* Context */
     PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
@@ -131,91 +132,111 @@ general_wait(PyObject *self, PyObject **arguments)
     return result;
 }
 
-/* One report about `watcher` (borrowed; any object): decode it and set the watcher's
- * _triggered, as the Python fast path's loop body does.  1: done; 0: it needs care (not a
- * watcher, one-shot, not a stream, closed, a bit the table lacks); -1: error. */
+/* Whether `watcher` (any object, held by the caller) is a plain stream watcher whose stream
+ * still has `fd` open, as the Python fast path's loop body asks before it decodes: 1 yes;
+ * 0 it needs care (not a watcher, one-shot, not a stream, closed, or the number now names
+ * another file); -1 error. */
 static int
-decode_report(PyObject *watcher, PyObject *fd, PyObject *bits, PyObject *decode)
+still_open(PyObject *watcher, long fd)
 {
     if (!PyObject_TypeCheck(watcher, slots.watcher_type)) {
         return 0;
     }
-    Py_INCREF(watcher); /* the probe below may run code that drops it from the Context */
-    int handled = 0;
-    PyObject *plain = NULL, *probe = NULL, *probed = NULL, *triggered;
-
-    plain = get_slot(watcher, slots.plain);
+    PyObject *plain = peek(watcher, slots.plain);
     if (plain == NULL) {
-        goto error;
+        return -1;
     }
     if (plain != Py_True) {
-        goto done; /* one-shot, or a handle that is not a stream: _collect */
+        return 0; /* one-shot, or a handle that is not a stream: _collect */
     }
-    probe = get_slot(watcher, slots.probe);
+    PyObject *probe = get_slot(watcher, slots.probe);
     if (probe == NULL) {
-        goto error;
+        return -1;
     }
-    probed = PyObject_CallNoArgs(probe);
-    if (probed == NULL) {
-        /* A closed file's fileno() raises, and so may a broken handle's: as in Python,
-         * _collect decides (Watcher._stream_open takes any Exception for closed). */
-        if (PyErr_ExceptionMatches(PyExc_Exception)) {
-            PyErr_Clear();
-            goto done;
-        }
-        goto error;
-    }
+    PyObject *probed = PyObject_CallNoArgs(probe);
+    Py_DECREF(probe);
     int same;
-    if (PyLong_CheckExact(probed) && PyLong_CheckExact(fd)) {
-        /* The common case, compared without a rich comparison: two exact ints. */
+    if (probed != NULL && PyLong_CheckExact(probed)) {
+        /* The common case, compared in C: fileno() gave an exact int. */
         int overflow;
         long probed_fd = PyLong_AsLongAndOverflow(probed, &overflow);
-        same = !overflow && probed_fd == PyLong_AsLong(fd);
-        if (PyErr_Occurred()) {
-            goto error;
-        }
+        same = !overflow && probed_fd == fd;
     }
-    else if ((same = PyObject_RichCompareBool(probed, fd, Py_EQ)) < 0) {
-        goto error;
+    else if (probed != NULL) {
+        PyObject *fd_obj = PyLong_FromLong(fd);
+        same = fd_obj == NULL ? -1 : PyObject_RichCompareBool(probed, fd_obj, Py_EQ);
+        Py_XDECREF(fd_obj);
     }
-    if (!same) {
-        goto done; /* closed, or the number now names another file */
+    else {
+        same = -1;
     }
-    triggered = PyDict_GetItemWithError(decode, bits); /* borrowed */
-    if (triggered == NULL) {
-        if (PyErr_Occurred()) {
-            goto error;
-        }
-        goto done; /* a bit the table lacks (POLLNVAL): _collect */
-    }
-    set_slot(watcher, slots.triggered, triggered);
-    handled = 1;
-    goto done;
-error:
-    handled = -1;
-done:
     Py_XDECREF(probed);
-    Py_XDECREF(probe);
-    Py_XDECREF(plain);
-    Py_DECREF(watcher);
-    return handled;
+    if (same < 0 && PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* A closed file's fileno() raises, and so may a broken handle's, or its number's
+         * comparison: as in Python, _collect decides (it takes any Exception for closed). */
+        PyErr_Clear();
+        return 0;
+    }
+    return same;
 }
 
-/* 1: the (fd, bits) report was handled (its watcher appended to ready); 0: it needs care;
- * -1: error. */
+/* `watcher`'s report decoded and set as its _triggered, once still_open() said 1: 1 done;
+ * 0 a bit pattern the table lacks (POLLNVAL), for _collect; -1 error.  `low` is the
+ * Context's _decode_low, indexed by the bits below its length; `decode` its _decode. */
 static int
-take_report(PyObject *report, PyObject *watchers, PyObject *decode, PyObject *ready)
+set_triggered(PyObject *watcher, unsigned long bits, PyObject *low, PyObject *decode)
+{
+    PyObject *triggered; /* borrowed: the tables hold it */
+    if (bits < (unsigned long)PyTuple_GET_SIZE(low)) {
+        triggered = PyTuple_GET_ITEM(low, (Py_ssize_t)bits);
+        if (triggered == Py_None) {
+            return 0;
+        }
+    }
+    else {
+        PyObject *bits_obj = PyLong_FromUnsignedLong(bits);
+        if (bits_obj == NULL) {
+            return -1;
+        }
+        triggered = PyDict_GetItemWithError(decode, bits_obj); /* runs no Python code */
+        Py_DECREF(bits_obj);
+        if (triggered == NULL) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    set_slot(watcher, slots.triggered, triggered);
+    return 1;
+}
+
+/* 1: the (fd, bits) report from the mechanism's poll was handled (its watcher appended to
+ * ready); 0: it needs care; -1: error. */
+static int
+take_report(PyObject *report, PyObject *watchers, PyObject *low, PyObject *decode,
+            PyObject *ready)
 {
     if (!PyTuple_CheckExact(report) || PyTuple_GET_SIZE(report) != 2) {
         return 0;
     }
-    PyObject *fd = PyTuple_GET_ITEM(report, 0);
+    PyObject *fd = PyTuple_GET_ITEM(report, 0), *bits = PyTuple_GET_ITEM(report, 1);
+    if (!PyLong_CheckExact(fd) || !PyLong_CheckExact(bits)) {
+        return 0; /* not what a mechanism reports: _collect */
+    }
     PyObject *watcher = PyDict_GetItemWithError(watchers, fd); /* borrowed */
     if (watcher == NULL) {
         return PyErr_Occurred() ? -1 : 0; /* no watcher: a stale registration */
     }
-    Py_INCREF(watcher);
-    int handled = decode_report(watcher, fd, PyTuple_GET_ITEM(report, 1), decode);
+    int overflow;
+    long fd_value = PyLong_AsLongAndOverflow(fd, &overflow);
+    unsigned long bits_value = PyLong_AsUnsignedLong(bits);
+    if (overflow || (bits_value == (unsigned long)-1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0; /* numbers no OS reports: _collect */
+    }
+    Py_INCREF(watcher); /* the probe may run code that drops it from the Context */
+    int handled = still_open(watcher, fd_value);
+    if (handled == 1) {
+        handled = set_triggered(watcher, bits_value, low, decode);
+    }
     if (handled == 1 && PyList_Append(ready, watcher) < 0) {
         handled = -1;
     }
@@ -247,6 +268,43 @@ typedef struct {
     int fd;
     unsigned int bits;
 } Report;
+
+/* At least `size` bytes for one OS wait's reports, when they may not fit on the stack: the
+ * Context's _native_buffer (a bytearray the Python side owns), taken out of its slot for
+ * the call so that a wait() nested in a probe finds None there and makes its own.  A new
+ * reference, or NULL with an error; put_buffer() gives it back.  One array grown as the
+ * watchers grow, instead of a malloc and a free per call (at 1,000 watchers, 12 KiB: the
+ * allocator's slow path, and more than the rest of the call). */
+static PyObject *
+take_buffer(PyObject *self, Py_ssize_t size)
+{
+    PyObject *buffer = get_slot(self, slots.native_buffer);
+    if (buffer == NULL) {
+        return NULL;
+    }
+    if (PyByteArray_CheckExact(buffer)) {
+        set_slot(self, slots.native_buffer, Py_None);
+    }
+    else {
+        Py_SETREF(buffer, PyByteArray_FromStringAndSize(NULL, 0));
+        if (buffer == NULL) {
+            return NULL;
+        }
+    }
+    if (PyByteArray_GET_SIZE(buffer) < size && PyByteArray_Resize(buffer, size) < 0) {
+        Py_DECREF(buffer);
+        return NULL;
+    }
+    return buffer;
+}
+
+/* take_buffer()'s array back into the Context's slot; steals the reference. */
+static void
+put_buffer(PyObject *self, PyObject *buffer)
+{
+    set_slot(self, slots.native_buffer, buffer);
+    Py_DECREF(buffer);
+}
 
 static double
 monotonic_seconds(void)
@@ -344,12 +402,15 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         PyObject *started, int cut)
 {
     PyObject *by_fd = get_slot(self, slots.by_fd);
+    PyObject *low = get_slot(self, slots.decode_low);
     PyObject *decode = get_slot(self, slots.decode);
     PyObject *ready = NULL, *result = NULL;
-    if (by_fd == NULL || decode == NULL || (ready = PyList_New(count)) == NULL) {
+    if (by_fd == NULL || low == NULL || decode == NULL
+        || (ready = PyList_New(count)) == NULL) {
         goto finally;
     }
-    int handled = PyList_CheckExact(by_fd) && PyDict_CheckExact(decode) && !(cut && !count);
+    int handled = PyList_CheckExact(by_fd) && PyTuple_CheckExact(low)
+                  && PyDict_CheckExact(decode) && !(cut && !count);
     for (int i = 0; i < count && handled == 1; i++) {
         int fd = reports[i].fd;
         /* Re-read each time: a probe may have run code that changed the Context. */
@@ -358,13 +419,10 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
             break;
         }
         PyObject *watcher = Py_NewRef(PyList_GET_ITEM(by_fd, fd));
-        PyObject *fd_obj = PyLong_FromLong(fd);
-        PyObject *bits_obj = PyLong_FromUnsignedLong(reports[i].bits);
-        handled = (fd_obj == NULL || bits_obj == NULL)
-                      ? -1
-                      : decode_report(watcher, fd_obj, bits_obj, decode);
-        Py_XDECREF(fd_obj);
-        Py_XDECREF(bits_obj);
+        handled = still_open(watcher, fd);
+        if (handled == 1) {
+            handled = set_triggered(watcher, reports[i].bits, low, decode);
+        }
         if (handled == 1) {
             PyList_SET_ITEM(ready, i, watcher); /* the list takes the reference */
         }
@@ -398,6 +456,7 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
 finally:
     Py_XDECREF(ready);
     Py_XDECREF(decode);
+    Py_XDECREF(low);
     Py_XDECREF(by_fd);
     return result;
 }
@@ -429,19 +488,18 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
 {
     struct epoll_event stack_events[STACK_REPORTS];
     EpollCall call = {epfd, stack_events, nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
-    PyObject *result = NULL;
+    PyObject *buffer = NULL, *result = NULL;
     if (call.size > STACK_REPORTS) {
-        call.events = PyMem_New(struct epoll_event, (size_t)call.size);
-        if (call.events == NULL) {
-            PyErr_NoMemory();
+        buffer = take_buffer(self, (Py_ssize_t)call.size * (Py_ssize_t)sizeof(struct epoll_event));
+        if (buffer == NULL) {
             return NULL;
         }
+        call.events = (struct epoll_event *)PyByteArray_AS_STRING(buffer);
     }
     int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object);
     if (count >= 0) {
         /* The reports are written over the events, in order: a Report is no larger than
-         * an epoll_event, so reports[i] never reaches events[i], which is read first.  One
-         * array per call, not two (a large one's malloc and free cost most at N=10,000). */
+         * an epoll_event, so reports[i] never reaches events[i], which is read first. */
         Report *reports = (Report *)call.events;
         for (int i = 0; i < count; i++) {
             struct epoll_event event = call.events[i];
@@ -450,8 +508,8 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
         }
         result = deliver(self, reports, count, seconds_obj, started, cut);
     }
-    if (call.events != stack_events) {
-        PyMem_Free(call.events);
+    if (buffer != NULL) {
+        put_buffer(self, buffer);
     }
     return result;
 }
@@ -484,36 +542,31 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
     Report *reports = stack_reports;
     size_t size = (size_t)PyByteArray_GET_SIZE(pollfds) / sizeof(struct pollfd);
     PollCall call = {stack_fds, (nfds_t)size};
-    PyObject *result = NULL;
+    PyObject *buffer = NULL, *result = NULL;
     if (size > STACK_REPORTS) {
-        call.fds = PyMem_New(struct pollfd, size);
-        reports = PyMem_New(Report, size);
-        if (call.fds == NULL || reports == NULL) {
-            PyErr_NoMemory();
-            goto finally;
+        /* The copy of the array, then room for a report per entry. */
+        buffer = take_buffer(self, (Py_ssize_t)(size * (sizeof(struct pollfd) + sizeof(Report))));
+        if (buffer == NULL) {
+            return NULL;
         }
+        call.fds = (struct pollfd *)PyByteArray_AS_STRING(buffer);
+        reports = (Report *)(call.fds + size);
     }
     memcpy(call.fds, PyByteArray_AS_STRING(pollfds), size * sizeof(struct pollfd));
     int count = wait_retrying(self, poll_call, &call, seconds, NULL);
-    if (count < 0) {
-        goto finally;
-    }
-    int found = 0;
-    for (nfds_t i = 0; i < call.size && found < count; i++) {
-        if (call.fds[i].revents) { /* in the array's order: the poll object's (_poll.py) */
-            reports[found].fd = call.fds[i].fd;
-            reports[found].bits = (unsigned short)call.fds[i].revents;
-            found++;
+    if (count >= 0) {
+        int found = 0;
+        for (nfds_t i = 0; i < call.size && found < count; i++) {
+            if (call.fds[i].revents) { /* in the array's order: the poll object's (_poll.py) */
+                reports[found].fd = call.fds[i].fd;
+                reports[found].bits = (unsigned short)call.fds[i].revents;
+                found++;
+            }
         }
+        result = deliver(self, reports, found, seconds_obj, started, cut);
     }
-    result = deliver(self, reports, found, seconds_obj, started, cut);
-
-finally:
-    if (call.fds != stack_fds) {
-        PyMem_Free(call.fds);
-    }
-    if (reports != stack_reports) {
-        PyMem_Free(reports);
+    if (buffer != NULL) {
+        put_buffer(self, buffer);
     }
     return result;
 }
@@ -528,7 +581,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     }
     PyObject *timeout = arguments[0], *microseconds = arguments[1];
-    PyObject *poll = NULL, *watchers = NULL, *decode = NULL, *max_timeout = NULL;
+    PyObject *poll = NULL, *watchers = NULL, *decode = NULL, *low = NULL, *max_timeout = NULL;
     PyObject *seconds = NULL, *started = NULL, *raw = NULL, *ready = NULL, *result = NULL;
     PyObject *first = NULL, *now = NULL, *wait_obj = NULL;
 
@@ -668,11 +721,12 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     }
 
     decode = get_slot(self, slots.decode);
-    if (decode == NULL) {
+    low = get_slot(self, slots.decode_low);
+    if (decode == NULL || low == NULL) {
         goto finally;
     }
     int handled = 0;
-    if (PyList_CheckExact(raw) && PyDict_CheckExact(decode)
+    if (PyList_CheckExact(raw) && PyDict_CheckExact(decode) && PyTuple_CheckExact(low)
         && !(cut && PyList_GET_SIZE(raw) == 0)) {
         ready = PyList_New(0);
         if (ready == NULL) {
@@ -681,7 +735,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         handled = 1;
         /* The list may not change under us: the mechanism made it for this call alone. */
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(raw) && handled == 1; i++) {
-            handled = take_report(PyList_GET_ITEM(raw, i), watchers, decode, ready);
+            handled = take_report(PyList_GET_ITEM(raw, i), watchers, low, decode, ready);
         }
         if (handled < 0) {
             goto finally;
@@ -704,6 +758,7 @@ finally:
     Py_XDECREF(started);
     Py_XDECREF(seconds);
     Py_XDECREF(max_timeout);
+    Py_XDECREF(low);
     Py_XDECREF(decode);
     Py_XDECREF(watchers);
     Py_XDECREF(poll);
@@ -751,9 +806,11 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     if (!(found.fast_poll = member_of(context_type, "_fast_poll"))
         || !(found.watchers = member_of(context_type, "_watchers"))
         || !(found.decode = member_of(context_type, "_decode"))
+        || !(found.decode_low = member_of(context_type, "_decode_low"))
         || !(found.max_timeout = member_of(context_type, "_max_timeout"))
         || !(found.native_fd = member_of(context_type, "_native_fd"))
         || !(found.native_pollfds = member_of(context_type, "_native_pollfds"))
+        || !(found.native_buffer = member_of(context_type, "_native_buffer"))
         || !(found.by_fd = member_of(context_type, "_by_fd"))
         || !(found.first_timer = member_of(context_type, "_first_timer"))
         || !(found.plain = member_of(watcher_type, "_plain"))
