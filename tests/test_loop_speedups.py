@@ -854,12 +854,67 @@ def test_a_cycle_through_one_record_is_collected(cls: type[Any], kind: str) -> N
 @needs_c
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="reads CPython's structs")
 def test_the_deque_methods_are_called_directly() -> None:
-    """The run queue's ``popleft``/``append``/``extend`` are called through their C functions,
-    read from CPython's method descriptors after a check of their names and flags: a change
-    of that struct turns the direct calls off, and this fails."""
+    """The run queue's ``popleft``/``append``/``extend``, and ``iopoll.Context.wait`` where
+    iopoll's own C accelerator is in use, are called through their C functions, read from
+    CPython's method descriptors after a check of their names and flags: a change of that
+    struct turns the direct calls off, and this fails."""
+    import iopoll._native
     from iopoll.loop import _speedups
 
-    assert _speedups.direct_calls() == ("deque.popleft", "deque.append", "deque.extend")
+    wait = ("Context.wait",) if iopoll._native.ACCELERATED else ()
+    assert _speedups.direct_calls() == ("deque.popleft", "deque.append", "deque.extend", *wait)
+
+
+@needs_c
+def test_a_context_wait_put_on_the_class_later_is_the_one_called() -> None:
+    """The C poll calls ``Context.wait``'s C function only while the class still has it: a
+    wait() put on the class (a tracer's, a test's) is called instead, by name, and the C
+    one again once it is taken off."""
+    import iopoll
+
+    calls: list[object] = []
+    original = iopoll.Context.__dict__["wait"]
+
+    def traced(self: iopoll.Context, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    def round_trips(d: IoPollDriver, a: socket.socket, b: socket.socket, count: int) -> int:
+        seen = [0]
+
+        def echo(cid: str, stream: object) -> None:
+            b.send(b.recv(16))
+
+        def pong(cid: str, stream: object) -> None:
+            a.recv(16)
+            seen[0] += 1
+            if seen[0] == count:
+                d.stop()
+            else:
+                a.send(b"x")
+
+        ids = [d.on_readable(b, echo), d.on_readable(a, pong)]
+        a.send(b"x")
+        d.run()
+        for callback_id in ids:
+            d.cancel(callback_id)
+        return seen[0]
+
+    a, b = socket.socketpair()
+    try:
+        d = IoPollDriver()
+        iopoll.Context.wait = traced  # type: ignore[method-assign]
+        try:
+            assert round_trips(d, a, b, 5) == 5
+        finally:
+            iopoll.Context.wait = original  # type: ignore[method-assign]
+        assert len(calls) >= 10  # at least a wait per callback, all through the tracer
+        del calls[:]
+        assert round_trips(d, a, b, 5) == 5
+        assert calls == []  # the C wait() again, called directly
+    finally:
+        a.close()
+        b.close()
 
 
 @needs_c

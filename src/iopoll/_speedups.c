@@ -28,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_cslots.h"
+#include "_wait_api.h"
 #include <errno.h>
 #include <string.h>
 #include <math.h>
@@ -62,6 +63,17 @@ typedef struct {
 /* One set per process, made by the one install() call: there is one iopoll.Context. */
 static Slots slots;
 static int slots_made = 0;
+
+/* Reports that fit on the stack; more get the Context's _native_buffer. */
+#define STACK_REPORTS 256
+
+/* Where wait_each() (_wait_api.h) has the fast path put the ready watchers instead of a
+ * list: new references, `count` of them.  Only a result of up to STACK_REPORTS watchers
+ * goes here; a larger one, and every result of the general path, is a list. */
+typedef struct {
+    PyObject *held[STACK_REPORTS];
+    Py_ssize_t count;
+} Held;
 
 static int
 is_int_zero(PyObject *value)
@@ -260,9 +272,6 @@ poll_failed(PyObject *self)
 
 #ifdef IOPOLL_HAVE_NATIVE
 
-/* Reports that fit on the stack; more get a heap array per call. */
-#define STACK_REPORTS 256
-
 /* One report of the OS, whichever call made it. */
 typedef struct {
     int fd;
@@ -332,12 +341,14 @@ typedef int (*OsWait)(void *call, int timeout);
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
  * `os_object` (the select.epoll object, or NULL) is asked after the handlers whether one of
  * them closed it, as CPython's own retry finds (EBADF): its fd number may be another file's
- * by then. */
+ * by then.  Before it blocks, it sets *started, if NULL, to time.monotonic() (see
+ * wait_with()). */
 static int
-wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object)
+wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
+              PyObject **started)
 {
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
-    double deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
+    double deadline = 0.0; /* read once the wait is to block */
     /* First what is ready now, asked with the GIL held, since nothing blocks: an event loop
      * mostly calls wait() with something ready, and then skips giving up and taking back
      * the GIL (two mutex operations, and waking any thread that waits for it; threads get
@@ -351,6 +362,11 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
             now_first = 0;
             count = wait(call, 0);
             if (count == 0 && timeout != 0) {
+                if (*started == NULL
+                    && (*started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+                    return -1;
+                }
+                deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
                 continue; /* nothing yet: the blocking wait */
             }
         }
@@ -396,21 +412,33 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
 
 /* The ready watchers for `count` reports, found in the Context's fd-indexed list; or, when
  * one needs care (or none came and `cut` says a timer's deadline cut the wait short of
- * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs. */
+ * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs.  With `held`
+ * (wait_each) and no more than it holds, the watchers go there and the result is None. */
 static PyObject *
 deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
-        PyObject *started, int cut)
+        PyObject **started, int cut, Held *held)
 {
     PyObject *by_fd = get_slot(self, slots.by_fd);
     PyObject *low = get_slot(self, slots.decode_low);
     PyObject *decode = get_slot(self, slots.decode);
     PyObject *ready = NULL, *result = NULL;
-    if (by_fd == NULL || low == NULL || decode == NULL
-        || (ready = PyList_New(count)) == NULL) {
+    PyObject **into; /* where the watchers go: held's array, or the list's items */
+    if (held != NULL && count <= STACK_REPORTS) {
+        into = held->held;
+    }
+    else {
+        held = NULL;
+        if (by_fd == NULL || (ready = PyList_New(count)) == NULL) {
+            goto finally;
+        }
+        into = ((PyListObject *)ready)->ob_item; /* NULL when count is 0: none go there */
+    }
+    if (by_fd == NULL || low == NULL || decode == NULL) {
         goto finally;
     }
     int handled = PyList_CheckExact(by_fd) && PyTuple_CheckExact(low)
                   && PyDict_CheckExact(decode) && !(cut && !count);
+    int taken = 0; /* the watchers put in `into` so far */
     for (int i = 0; i < count && handled == 1; i++) {
         int fd = reports[i].fd;
         /* Re-read each time: a probe may have run code that changed the Context. */
@@ -424,17 +452,28 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
             handled = set_triggered(watcher, reports[i].bits, low, decode);
         }
         if (handled == 1) {
-            PyList_SET_ITEM(ready, i, watcher); /* the list takes the reference */
+            into[taken++] = watcher; /* the list, or held, takes the reference */
         }
         else {
             Py_DECREF(watcher);
         }
     }
-    if (handled < 0) {
+    if (handled == 1) {
+        if (held != NULL) {
+            held->count = taken;
+            result = Py_NewRef(Py_None);
+        }
+        else {
+            result = Py_NewRef(ready);
+        }
         goto finally;
     }
-    if (handled) {
-        result = Py_NewRef(ready);
+    if (held != NULL) {
+        for (int i = 0; i < taken; i++) {
+            Py_DECREF(into[i]);
+        }
+    }
+    if (handled < 0) {
         goto finally;
     }
     PyObject *raw = PyList_New(count);
@@ -449,7 +488,11 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         }
         PyList_SET_ITEM(raw, i, pair);
     }
-    PyObject *finish_args[3] = {raw, seconds_obj, started};
+    if (*started == NULL && (*started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+        Py_DECREF(raw);
+        goto finally;
+    }
+    PyObject *finish_args[3] = {raw, seconds_obj, *started};
     result = call_method(self, slots.str_finish_wait, finish_args, 3);
     Py_DECREF(raw);
 
@@ -484,7 +527,7 @@ _Static_assert(sizeof(Report) <= sizeof(struct epoll_event), "reports overwrite 
  * report from each of `nwatchers` watchers (the fast path has no max_events). */
 static PyObject *
 epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwatchers,
-                PyObject *seconds_obj, double seconds, PyObject *started, int cut)
+                PyObject *seconds_obj, double seconds, PyObject **started, int cut, Held *held)
 {
     struct epoll_event stack_events[STACK_REPORTS];
     EpollCall call = {epfd, stack_events, nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
@@ -496,7 +539,7 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
         }
         call.events = (struct epoll_event *)PyByteArray_AS_STRING(buffer);
     }
-    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object);
+    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object, started);
     if (count >= 0) {
         /* The reports are written over the events, in order: a Report is no larger than
          * an epoll_event, so reports[i] never reaches events[i], which is read first. */
@@ -506,7 +549,7 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
             reports[i].fd = event.data.fd; /* CPython's epoll registers data.fd = fd */
             reports[i].bits = event.events;
         }
-        result = deliver(self, reports, count, seconds_obj, started, cut);
+        result = deliver(self, reports, count, seconds_obj, started, cut, held);
     }
     if (buffer != NULL) {
         put_buffer(self, buffer);
@@ -535,7 +578,7 @@ poll_call(void *call, int timeout)
  * handler run between retries, or another thread, may change the poll set meanwhile. */
 static PyObject *
 poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double seconds,
-               PyObject *started, int cut)
+               PyObject **started, int cut, Held *held)
 {
     struct pollfd stack_fds[STACK_REPORTS];
     Report stack_reports[STACK_REPORTS];
@@ -553,7 +596,7 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
         reports = (Report *)(call.fds + size);
     }
     memcpy(call.fds, PyByteArray_AS_STRING(pollfds), size * sizeof(struct pollfd));
-    int count = wait_retrying(self, poll_call, &call, seconds, NULL);
+    int count = wait_retrying(self, poll_call, &call, seconds, NULL, started);
     if (count >= 0) {
         int found = 0;
         for (nfds_t i = 0; i < call.size && found < count; i++) {
@@ -563,7 +606,7 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
                 found++;
             }
         }
-        result = deliver(self, reports, found, seconds_obj, started, cut);
+        result = deliver(self, reports, found, seconds_obj, started, cut, held);
     }
     if (buffer != NULL) {
         put_buffer(self, buffer);
@@ -573,13 +616,11 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
 
 #endif /* IOPOLL_HAVE_POLL */
 
+/* wait(*arguments) (timeout, microseconds or NULL for 0, max_events): a list, or with
+ * `held` (wait_each), None when the fast path put the watchers there instead. */
 static PyObject *
-fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+wait_with(PyObject *self, PyObject **arguments, Held *held)
 {
-    PyObject *arguments[3];
-    if (parse_wait_args(args, nargs, kwnames, arguments) < 0) {
-        return NULL;
-    }
     PyObject *timeout = arguments[0], *microseconds = arguments[1];
     PyObject *poll = NULL, *watchers = NULL, *decode = NULL, *low = NULL, *max_timeout = NULL;
     PyObject *seconds = NULL, *started = NULL, *raw = NULL, *ready = NULL, *result = NULL;
@@ -629,11 +670,12 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             goto finally;
         }
         seconds = Py_NewRef(timeout);
-        /* The clock is read only when the wait may have to be resumed (_finish_wait). */
-        started = value > 0.0 ? PyObject_CallNoArgs(slots.monotonic) : Py_NewRef(slots.zero);
-        if (started == NULL) {
-            goto finally;
-        }
+        /* The clock is read only when the wait may have to be resumed (_finish_wait), and
+         * only if it is: before the OS wait blocks (wait_retrying), or, when it did not
+         * block, once a report needs care.  NULL until then.  Python reads it before its
+         * poll; read after a poll that did not block, it is later by the microseconds the
+         * poll and the probes took, by which a resumed wait may end later, never sooner. */
+        started = value > 0.0 ? NULL : Py_NewRef(slots.zero);
     }
     else {
         result = general_wait(self, arguments);
@@ -682,7 +724,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         /* _fast_poll is the epoll object's bound poll(): that object, to ask if closed. */
         PyObject *epoll_object = PyCFunction_Check(poll) ? PyCFunction_GET_SELF(poll) : NULL;
         result = epoll_fast_wait(self, (int)epfd, epoll_object, PyDict_GET_SIZE(watchers),
-                                 seconds, wait_value, started, cut);
+                                 seconds, wait_value, &started, cut, held);
         goto finally;
     }
 #endif
@@ -692,7 +734,7 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto finally;
     }
     if (PyByteArray_CheckExact(pollfds)) {
-        result = poll_fast_wait(self, pollfds, seconds, wait_value, started, cut);
+        result = poll_fast_wait(self, pollfds, seconds, wait_value, &started, cut, held);
         Py_DECREF(pollfds);
         goto finally;
     }
@@ -704,6 +746,9 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         if (wait_obj == NULL) {
             goto finally;
         }
+    }
+    if (started == NULL && (started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+        goto finally; /* the mechanism's poll may block: the clock first, as in Python */
     }
     PyObject *poll_args[2] = {cut ? wait_obj : seconds, NULL};
     PyObject *registered = PyLong_FromSsize_t(PyDict_GET_SIZE(watchers));
@@ -764,6 +809,63 @@ finally:
     Py_XDECREF(poll);
     return result;
 }
+
+static PyObject *
+fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *arguments[3];
+    if (parse_wait_args(args, nargs, kwnames, arguments) < 0) {
+        return NULL;
+    }
+    return wait_with(self, arguments, NULL);
+}
+
+/* _wait_api.h's wait_each(), for an iopoll.Context (the caller checks that its wait() is
+ * this module's).  The visits come after the wait is over, as a loop over the list would:
+ * the report array is back in the Context and every watcher was probed first. */
+static Py_ssize_t
+wait_each(PyObject *self, PyObject *timeout, IopollVisit visit, void *arg)
+{
+    Held held;
+    held.count = 0;
+    PyObject *arguments[3] = {timeout, NULL, Py_None};
+    PyObject *result = wait_with(self, arguments, &held);
+    if (result == NULL) {
+        return -1;
+    }
+    Py_ssize_t visited = 0;
+    int failed = 0;
+    if (result == Py_None) {
+        for (Py_ssize_t i = 0; i < held.count; i++) {
+            failed = failed || visit(arg, held.held[i]) < 0;
+            Py_DECREF(held.held[i]);
+        }
+        visited = held.count;
+    }
+    else if (PyList_CheckExact(result)) {
+        /* By index, its length read again each time, as iterating a list does. */
+        for (; !failed && visited < PyList_GET_SIZE(result); visited++) {
+            PyObject *watcher = Py_NewRef(PyList_GET_ITEM(result, visited));
+            failed = visit(arg, watcher) < 0;
+            Py_DECREF(watcher);
+        }
+    }
+    else {
+        PyObject *iterator = PyObject_GetIter(result), *watcher;
+        failed = iterator == NULL;
+        while (!failed && (watcher = PyIter_Next(iterator)) != NULL) {
+            failed = visit(arg, watcher) < 0;
+            Py_DECREF(watcher);
+            visited++;
+        }
+        failed = failed || PyErr_Occurred() != NULL;
+        Py_XDECREF(iterator);
+    }
+    Py_DECREF(result);
+    return failed ? -1 : visited;
+}
+
+static const IopollWaitApi wait_api = {wait_each};
 
 static PyMethodDef wait_def = {
     "wait",
@@ -861,7 +963,20 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int
+module_exec(PyObject *module)
+{
+    PyObject *capsule = PyCapsule_New((void *)&wait_api, IOPOLL_WAIT_API_CAPSULE, NULL);
+    if (capsule == NULL) {
+        return -1;
+    }
+    int failed = PyModule_AddObjectRef(module, "_C_API", capsule);
+    Py_DECREF(capsule);
+    return failed;
+}
+
 static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
 #if PY_VERSION_HEX >= 0x030C0000
     /* One install() per process (the Slots above are static): not per interpreter. */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},

@@ -378,7 +378,13 @@ PyObject *
 loop_tick(PyObject *self, PyObject *previous_idle)
 {
     PyObject *timeout = NULL, *done;
-    if (put_new(self, S.stale_queued, PyLong_FromLong(0)) < 0) {
+    PyObject *stale = peek(self, S.stale_queued);
+    if (stale == NULL) {
+        return NULL;
+    }
+    /* _stale_queued = 0, unless it is 0 already (the usual tick) */
+    if ((!PyLong_CheckExact(stale) || int_truth(stale))
+        && put_new(self, S.stale_queued, PyLong_FromLong(0)) < 0) {
         return NULL;
     }
     PyObject *enable_queue = peek(self, S.enable_queue);
@@ -431,7 +437,7 @@ loop_tick(PyObject *self, PyObject *previous_idle)
         return NULL;
     }
     PyObject *queue = peek(self, S.queue);
-    Py_ssize_t mark = queue == NULL ? -1 : PyObject_Size(queue);
+    Py_ssize_t mark = queue == NULL ? -1 : length_of(queue);
     if (mark < 0) {
         goto error;
     }
@@ -496,6 +502,20 @@ call_wait(PyObject *self, PyObject *poller, PyObject *timeout)
     return PyObject_VectorcallMethod(S.s_wait, args, 3, NULL);
 }
 
+/* The end of a poll that found nothing: self._idle_wait() if it waited (timeout). */
+static PyObject *
+idle_after(PyObject *self, PyObject *timeout)
+{
+    int waited = PyObject_IsTrue(timeout);
+    if (waited < 0) {
+        return NULL;
+    }
+    if (waited) {
+        return call0(self, S.s_idle_wait);
+    }
+    Py_RETURN_NONE;
+}
+
 /* AbstractDriver._poll: wait up to `timeout` seconds, then queue what is ready. */
 PyObject *
 loop_poll(PyObject *self, PyObject *timeout)
@@ -530,6 +550,19 @@ loop_poll(PyObject *self, PyObject *timeout)
             if (poller == NULL) {
                 return NULL;
             }
+            int index = native_index(self);
+            if (index >= 0 && S.installed[index].io && iopoll_waits_in_c(poller)) {
+                /* _wait and _queue_ready in one, without the list (_iopoll_ready.c). */
+                Py_ssize_t came = iopoll_wait_and_queue(self, poller, timeout);
+                if (came < 0) {
+                    return NULL;
+                }
+                if (came > 0) {
+                    put_bool(self, S.idle, 0);
+                    Py_RETURN_NONE;
+                }
+                return idle_after(self, timeout);
+            }
             ready = call_wait(self, poller, timeout);
         }
         else {
@@ -556,22 +589,15 @@ loop_poll(PyObject *self, PyObject *timeout)
         done = index >= 0 && S.installed[index].io ? iopoll_queue_ready(self, ready)
                                                    : call1(self, S.s_queue_ready, ready);
         Py_XDECREF(done);
-        any = done == NULL ? -1 : put_bool(self, S.idle, 0);
-    }
-    else if (any == 0) {
-        int waited = PyObject_IsTrue(timeout);
-        if (waited > 0) {
-            done = call0(self, S.s_idle_wait);
-            Py_XDECREF(done);
-            waited = done == NULL ? -1 : 0;
+        if (done != NULL) {
+            put_bool(self, S.idle, 0);
         }
-        any = waited;
     }
     Py_DECREF(ready);
-    if (any < 0) {
+    if (any < 0 || (any > 0 && done == NULL)) {
         return NULL;
     }
-    Py_RETURN_NONE;
+    return any ? Py_NewRef(Py_None) : idle_after(self, timeout);
 }
 
 /* -- running callbacks --------------------------------------------------------------------- */
@@ -611,7 +637,7 @@ loop_run_microtasks(PyObject *self, PyObject *Py_UNUSED(ignored))
     PyObject *error = Py_NewRef(Py_None);
     int failed = 0;
     while (!failed) {
-        Py_ssize_t left = PyObject_Size(microtasks);
+        Py_ssize_t left = length_of(microtasks);
         PyObject *interrupt = peek(self, S.interrupt);
         if (left < 0 || interrupt == NULL) {
             failed = 1;
@@ -685,7 +711,7 @@ second_argument(PyObject *callback, PyObject **arg)
         return 0;
     }
     PyObject *value;
-    if (PyObject_TypeCheck(callback, S.stream_type)) {
+    if (is_stream_record(kind) || PyObject_TypeCheck(callback, S.stream_type)) {
         value = Py_XNewRef(peek(callback, S.stream_arg));
     }
     else if (PyObject_TypeCheck(callback, S.signal_type)) {
@@ -714,7 +740,8 @@ runs_once(PyObject *callback)
         || kind == S.c_delay_type) {
         return 1;
     }
-    if (kind == S.repeat_type || kind == S.c_repeat_type) {
+    if (kind == S.repeat_type || kind == S.c_repeat_type || is_stream_record(kind)
+        || kind == S.signal_type) {
         return 0;
     }
     /* A record with no __dict__ (they have __slots__, none named `once`) reads its
@@ -891,7 +918,8 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
         }
     }
     else if (Py_IS_TYPE(callback, S.c_repeat_type)
-             || PyObject_TypeCheck(callback, S.repeat_type)) {
+             || (!is_stream_record(Py_TYPE(callback))
+                 && PyObject_TypeCheck(callback, S.repeat_type))) {
         /* Re-armed from now, active from the next tick: never twice in one tick. */
         put_bool(callback, S.invokable, 0);
         PyObject *interval = peek(callback, S.interval);
@@ -941,7 +969,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
     PyObject *me = runner == NULL ? NULL : Py_XNewRef(peek(runner, S.runner_loop));
     PyObject *done;
     int failed = microtasks == NULL || queue == NULL || callbacks == NULL || me == NULL;
-    Py_ssize_t left = failed ? -1 : PyObject_Size(microtasks);
+    Py_ssize_t left = failed ? -1 : length_of(microtasks);
     if (left > 0) {
         done = own_method(self, S.s_run_microtasks, loop_run_microtasks, NULL);
         Py_XDECREF(done);
@@ -949,7 +977,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     failed = failed || left < 0;
     while (!failed) {
-        Py_ssize_t waiting = PyObject_Size(queue);
+        Py_ssize_t waiting = length_of(queue);
         PyObject *interrupt = peek(self, S.interrupt);
         if (waiting < 0 || interrupt == NULL) {
             failed = 1;
@@ -984,7 +1012,7 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
             failed = 1;
             break;
         }
-        if ((left = PyObject_Size(microtasks)) < 0) {
+        if ((left = length_of(microtasks)) < 0) {
             failed = 1;
         }
         else if (left) {

@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "../_cslots.h"
+#include "../_wait_api.h"
 
 #define CO_ASYNC (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
 
@@ -33,6 +34,7 @@ typedef struct {
     PyTypeObject *driver_type;                  /* AbstractDriver */
     PyTypeObject *defer_type, *delay_type, *repeat_type, *timer_type;
     PyTypeObject *stream_type, *signal_type;
+    PyTypeObject *readable_type, *writable_type; /* the two StreamCallback kinds */
     /* The records defer(), delay() and repeat() make: subclasses of the first three above
      * with a garbage-collector walk of their own (_records.c). */
     PyTypeObject *c_defer_type, *c_delay_type, *c_repeat_type;
@@ -62,8 +64,12 @@ typedef struct {
     PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
     PyTypeObject *entry_type; /* FdEntry */
     PyObject *wake_table;     /* _iopoll_driver._WAKE: reported Event -> READ|WRITE bits */
-    int wake_is_dict;         /* a dict whose __getitem__ is dict's (its __missing__ aside) */
     PyObject *stream_lost;    /* _iopoll_driver._StreamLost */
+    long wakes_readers, wakes_writers; /* _WakeTable.READERS and .WRITERS, as ints */
+    PyTypeObject *context_type;        /* iopoll.Context */
+    PyObject *context_wait;            /* its wait() when that is iopoll._speedups' C one */
+    PyObject *(*context_wait_c)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+    const IopollWaitApi *wait_api;     /* iopoll._speedups' _C_API, with context_wait_c */
     int io_made;
 } Slots;
 
@@ -97,7 +103,20 @@ put_bool(PyObject *obj, PyMemberDef *member, int value)
     return 0;
 }
 
-/* The truth of a bool slot (anything else: its truth value); -1 on error. */
+/* Whether an exact int is not 0, read from the object (the counters the driver keeps). */
+static inline int
+int_truth(PyObject *value)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    /* 0 is compact; an int too large to be compact is never 0. */
+    return !PyUnstable_Long_IsCompact((PyLongObject *)value)
+           || PyUnstable_Long_CompactValue((PyLongObject *)value) != 0;
+#else
+    return Py_SIZE(value) != 0; /* the sign and number of digits: 0 has none */
+#endif
+}
+
+/* The truth of a bool or int slot (anything else: its truth value); -1 on error. */
 static inline int
 truth(PyObject *obj, PyMemberDef *member)
 {
@@ -107,6 +126,9 @@ truth(PyObject *obj, PyMemberDef *member)
     }
     if (value == Py_False) {
         return 0;
+    }
+    if (value != NULL && PyLong_CheckExact(value)) {
+        return int_truth(value);
     }
     return value == NULL ? -1 : PyObject_IsTrue(value);
 }
@@ -123,6 +145,21 @@ nonempty(PyObject *x)
         return PyDict_GET_SIZE(x) != 0;
     }
     return PyObject_IsTrue(x);
+}
+
+/* `len(x)` for the driver's queues: an exact list's or deque's size read in place (a deque
+ * keeps its length in ob_size, as CPython's _collectionsmodule.c does since deque began);
+ * anything else as Python asks it. */
+static inline Py_ssize_t
+length_of(PyObject *x)
+{
+    if (PyList_CheckExact(x)) {
+        return PyList_GET_SIZE(x);
+    }
+    if (Py_IS_TYPE(x, S.deque_type)) {
+        return Py_SIZE(x);
+    }
+    return PyObject_Size(x);
 }
 
 /* obj.<member> += delta, for an int slot; -1 on error. */
@@ -314,6 +351,14 @@ PyObject *loop_poll(PyObject *self, PyObject *timeout);
 int make_record_types(void);
 
 /* Whether a record is of one of the classes of the C records. */
+/* Whether `kind` is one of the stream records on_readable() and on_writable() make: the
+ * run loop's usual callback, told apart without a subclass walk. */
+static inline int
+is_stream_record(PyTypeObject *kind)
+{
+    return kind == S.readable_type || kind == S.writable_type;
+}
+
 static inline int
 is_c_record(PyTypeObject *kind)
 {
@@ -329,5 +374,7 @@ PyObject *install_suspensions(PyObject *module, PyObject *const *args, Py_ssize_
 /* IoPollDriver's methods (_iopoll_ready.c), put on it by install_io(). */
 PyObject *iopoll_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *iopoll_queue_ready(PyObject *self, PyObject *ready);
+int iopoll_waits_in_c(PyObject *poller);
+Py_ssize_t iopoll_wait_and_queue(PyObject *self, PyObject *poller, PyObject *timeout);
 
 #endif /* IOPOLL_LOOP_DISPATCH_H */

@@ -44,14 +44,17 @@ class _WakeTable(dict[Event, int]):
     """Reported ``Event`` -> which callbacks it wakes (READ, WRITE bits), computed once each.
 
     ``ERROR`` and ``HANGUP`` are reported unasked and stay reported on a level-triggered
-    backend, so they wake both the readers and the writers of the fd.
+    backend, so they wake both the readers and the writers of the fd.  The C
+    ``_queue_ready`` applies the same two masks to the reported value itself.
     """
+
+    # The reported events that wake an fd's readers, and those that wake its writers.
+    READERS = Event.READ | Event.ERROR | Event.HANGUP
+    WRITERS = Event.WRITE | Event.ERROR | Event.HANGUP
 
     def __missing__(self, event: Event) -> int:
         value = event.value
-        bits = (READ if value & (Event.READ | Event.ERROR | Event.HANGUP) else 0) | (
-            WRITE if value & (Event.WRITE | Event.ERROR | Event.HANGUP) else 0
-        )
+        bits = (READ if value & self.READERS else 0) | (WRITE if value & self.WRITERS else 0)
         self[event] = bits
         return bits
 
@@ -176,4 +179,4 @@ class IoPollDriver(PyIoPollDriver):
     __slots__ = ()
 
 
-ACCELERATED = accelerate(IoPollDriver, io=(Watcher, FdEntry, _WAKE, _StreamLost))
+ACCELERATED = accelerate(IoPollDriver, io=(Watcher, FdEntry, _WAKE, _StreamLost, Context))

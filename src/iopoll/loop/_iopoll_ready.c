@@ -1,7 +1,13 @@
 /* IoPollDriver's _wait and _queue_ready in C (src/iopoll/loop/_iopoll_driver.py is the
  * reference): the Context's wait(), then each returned watcher's fd entry and the callbacks
  * its report wakes, into the tick's run queue.  install_io() (_speedups.c) puts them on
- * IoPollDriver; the C _poll calls them by name, as the Python one does. */
+ * IoPollDriver, and the C _poll runs them directly.
+ *
+ * When the poller is an iopoll.Context whose wait() is iopoll._speedups' (the usual case:
+ * both accelerators built), the C _poll does both steps in one: wait_each() (_wait_api.h)
+ * hands each ready watcher straight to queue_one(), after the wait, in order, so that no
+ * list is made and freed per tick.  What runs, in what order, is what _wait and then
+ * _queue_ready run. */
 
 #include "_dispatch.h"
 
@@ -11,6 +17,16 @@
 
 /* IoPollDriver._wait(poller, timeout): poller.wait(timeout), or [] when a lost stream's
  * report (on_watcher_removed raising _StreamLost) ended the wait. */
+/* Whether `poller` is an iopoll.Context whose class still has iopoll's C wait(): then what
+ * a call by name would run is that function, called directly (CPython's type cache answers
+ * _PyType_Lookup; Context has no instance __dict__ to hide the method). */
+int
+iopoll_waits_in_c(PyObject *poller)
+{
+    return S.context_wait_c != NULL && Py_IS_TYPE(poller, S.context_type)
+           && _PyType_Lookup(S.context_type, S.s_context_wait) == S.context_wait;
+}
+
 PyObject *
 iopoll_wait(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -18,7 +34,13 @@ iopoll_wait(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "_wait() takes 2 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *ready = call1(args[0], S.s_context_wait, args[1]);
+    PyObject *poller = args[0], *ready;
+    if (iopoll_waits_in_c(poller)) {
+        ready = S.context_wait_c(poller, args + 1, 1, NULL);
+    }
+    else {
+        ready = call1(poller, S.s_context_wait, args[1]);
+    }
     if (ready == NULL && PyErr_ExceptionMatches(S.stream_lost)) {
         PyErr_Clear();
         return PyList_New(0);
@@ -38,10 +60,11 @@ extend_with(PyObject *queue, PyObject *callbacks)
     PyObject *done;
     if (PyDict_CheckExact(callbacks) && Py_IS_TYPE(queue, S.deque_type)) {
         Py_INCREF(callbacks);
-        Py_ssize_t position = 0;
+        Py_ssize_t position = 0, left = PyDict_GET_SIZE(callbacks);
         PyObject *key, *value;
         int failed = 0;
-        while (!failed && PyDict_Next(callbacks, &position, &key, &value)) {
+        /* `left`: no last PyDict_Next() call to find the end (appending runs no code). */
+        while (!failed && left-- > 0 && PyDict_Next(callbacks, &position, &key, &value)) {
             done = DEQUE_APPEND(queue, value); /* runs no Python code: the dict holds */
             failed = done == NULL;
             Py_XDECREF(done);
@@ -76,17 +99,23 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
     if (triggered == NULL) {
         return -1;
     }
-    /* _WAKE[triggered]: a dict lookup, and the table's __missing__ on a new Event. */
-    PyObject *bits = S.wake_is_dict ? Py_XNewRef(PyDict_GetItemWithError(S.wake_table, triggered))
-                                    : NULL;
-    if (bits == NULL && (PyErr_Occurred() || (bits = PyObject_GetItem(S.wake_table, triggered))
-                                                 == NULL)) {
-        return -1;
+    /* _WAKE[triggered]: for an Event (an int), the masks its __missing__ applies, applied
+     * here; anything else is looked up in the table. */
+    long wake;
+    if (PyLong_Check(triggered)) {
+        long value = PyLong_AsLong(triggered);
+        if (value == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        wake = (value & S.wakes_readers ? WAKE_READ : 0) | (value & S.wakes_writers ? WAKE_WRITE : 0);
     }
-    long wake = PyLong_AsLong(bits);
-    Py_DECREF(bits);
-    if (wake == -1 && PyErr_Occurred()) {
-        return -1;
+    else {
+        PyObject *bits = PyObject_GetItem(S.wake_table, triggered);
+        wake = bits == NULL ? -1 : PyLong_AsLong(bits);
+        Py_XDECREF(bits);
+        if (wake == -1 && PyErr_Occurred()) {
+            return -1;
+        }
     }
     Py_INCREF(entry);
     int failed = 0;
@@ -141,4 +170,43 @@ iopoll_queue_ready(PyObject *self, PyObject *ready)
         return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* What queue_visit() needs: the driver, and its queue and wakeup marker, read at the first
+ * watcher (as _queue_ready reads them once wait() has returned). */
+typedef struct {
+    PyObject *self, *queue, *wakeup;
+    int visit_failed;
+} Queueing;
+
+static int
+queue_visit(void *arg, PyObject *watcher)
+{
+    Queueing *q = arg;
+    if (q->queue == NULL) {
+        q->queue = Py_XNewRef(peek(q->self, S.queue));
+        q->wakeup = Py_XNewRef(peek(q->self, S.wakeup));
+    }
+    if (q->queue == NULL || q->wakeup == NULL || queue_one(q->self, q->queue, q->wakeup, watcher) < 0) {
+        q->visit_failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* self._wait(poller, timeout), then self._queue_ready() of what came, for a poller that
+ * iopoll_waits_in_c(): how many watchers came, or -1 with the error set.  A _StreamLost
+ * from the wait is _wait's empty result; one from queueing is not caught, as in Python. */
+Py_ssize_t
+iopoll_wait_and_queue(PyObject *self, PyObject *poller, PyObject *timeout)
+{
+    Queueing q = {self, NULL, NULL, 0};
+    Py_ssize_t came = S.wait_api->wait_each(poller, timeout, queue_visit, &q);
+    Py_XDECREF(q.queue);
+    Py_XDECREF(q.wakeup);
+    if (came < 0 && !q.visit_failed && PyErr_ExceptionMatches(S.stream_lost)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return came;
 }

@@ -38,15 +38,16 @@ class NativeLoopRunner(LoopRunner):
 
 def accelerate(
     cls: type[AbstractDriver],  # type: ignore[type-arg]
-    io: tuple[type, type, Mapping[Any, int], type[BaseException]] | None = None,
+    io: tuple[type, type, Mapping[Any, int], type[BaseException], type] | None = None,
 ) -> bool:
     """Put the C dispatch methods on ``cls``; return whether it now runs them.
 
     ``io``, for ``IoPollDriver``: its ``Watcher`` class, ``FdEntry``, the table of wake
-    bits and the exception that ends a wait after a lost stream; with it, ``cls`` also gets
-    the C ``_wait`` and ``_queue_ready``.  Not when the extension was not built (it is
-    optional) or ``IOPOLL_PURE_PYTHON`` is set; a build whose slots do not match the
-    classes' warns and leaves ``cls`` pure.
+    bits, the exception that ends a wait after a lost stream and its ``Context`` class;
+    with it, ``cls`` also gets the C ``_wait`` and ``_queue_ready``, and the first calls
+    that ``Context``'s C ``wait()`` directly while the class has it.  Not when the
+    extension was not built (it is optional) or ``IOPOLL_PURE_PYTHON`` is set; a build
+    whose slots do not match the classes' warns and leaves ``cls`` pure.
     """
 
     def install_dispatch() -> None:

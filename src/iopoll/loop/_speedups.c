@@ -489,11 +489,14 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
     found.timer_type = class_named(callbacks_module, "TimerCallback");
     found.stream_type = class_named(callbacks_module, "StreamCallback");
     found.signal_type = class_named(callbacks_module, "SignalCallback");
+    found.readable_type = class_named(callbacks_module, "ReadableCallback");
+    found.writable_type = class_named(callbacks_module, "WritableCallback");
     found.check_callback = PyObject_GetAttrString(callbacks_module, "check_callback");
     found.check_seconds = PyObject_GetAttrString(callbacks_module, "check_seconds");
     Py_DECREF(callbacks_module);
     if (!found.defer_type || !found.delay_type || !found.repeat_type || !found.timer_type
-        || !found.stream_type || !found.signal_type || !found.check_callback
+        || !found.stream_type || !found.signal_type || !found.readable_type
+        || !found.writable_type || !found.check_callback
         || !found.check_seconds) {
         goto error;
     }
@@ -694,14 +697,25 @@ static PyMethodDef iopoll_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* int(table.<name>), one of the wake table's masks; -1 with an error set. */
+static long
+mask_of(PyObject *table, const char *name)
+{
+    PyObject *mask = PyObject_GetAttrString(table, name);
+    long value = mask == NULL ? -1 : PyLong_AsLong(mask);
+    Py_XDECREF(mask);
+    return value;
+}
+
 static PyObject *
 install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1])
-        || !PyType_Check(args[2])) {
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyType_Check(args[1])
+        || !PyType_Check(args[2]) || !PyType_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "install_io(cls, watcher_type, fd_entry_type, "
-                                         "wake_table, stream_lost) takes three classes, "
-                                         "a mapping and an exception class");
+                                         "wake_table, stream_lost, context_type) takes "
+                                         "three classes, a mapping, an exception class "
+                                         "and a class");
         return NULL;
     }
     if (!S_made || !PyType_IsSubtype((PyTypeObject *)args[0], S.driver_type)) {
@@ -723,22 +737,38 @@ install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             || !(e_writers = member_of(entry_type, "writers"))) {
             return NULL;
         }
+        long readers = mask_of(args[3], "READERS"), writers = mask_of(args[3], "WRITERS");
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        PyTypeObject *context_type = (PyTypeObject *)args[5];
+        PyObject *wait = PyObject_GetAttrString((PyObject *)context_type, "wait");
+        if (wait == NULL) {
+            return NULL;
+        }
+        /* A Context without iopoll's C wait() (its accelerator failed) is called by name. */
+        PyCFunction wait_c = c_method(wait, "wait", METH_FASTCALL | METH_KEYWORDS);
+        const IopollWaitApi *api = NULL;
+        if (wait_c != NULL) {
+            api = PyCapsule_Import(IOPOLL_WAIT_API_CAPSULE, 0);
+            if (api == NULL) {
+                Py_DECREF(wait);
+                return NULL;
+            }
+        }
         S.w_data = w_data;
         S.w_triggered = w_triggered;
         S.e_readers = e_readers;
         S.e_writers = e_writers;
         S.entry_type = (PyTypeObject *)Py_NewRef(entry_type);
         S.wake_table = Py_NewRef(args[3]);
-        if (PyDict_Check(args[3])) {
-            PyObject *getitem = PyObject_GetAttrString((PyObject *)Py_TYPE(args[3]), "__getitem__");
-            PyObject *plain = PyObject_GetAttrString((PyObject *)&PyDict_Type, "__getitem__");
-            S.wake_is_dict = getitem != NULL && getitem == plain;
-            Py_XDECREF(getitem);
-            Py_XDECREF(plain);
-            if (PyErr_Occurred()) {
-                return NULL;
-            }
-        }
+        S.wakes_readers = readers;
+        S.wakes_writers = writers;
+        S.context_type = (PyTypeObject *)Py_NewRef(context_type);
+        S.context_wait = wait; /* the reference is kept */
+        S.context_wait_c = (PyObject * (*)(PyObject *, PyObject *const *, Py_ssize_t,
+                                           PyObject *))(void (*)(void))wait_c;
+        S.wait_api = api;
         S.stream_lost = Py_NewRef(args[4]);
         S.io_made = 1;
     }
@@ -787,6 +817,7 @@ direct_calls(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
         {S.deque_popleft_c, "deque.popleft"},
         {S.deque_append_c, "deque.append"},
         {S.deque_extend_c, "deque.extend"},
+        {(PyCFunction)(void (*)(void))S.context_wait_c, "Context.wait"},
     };
     for (size_t i = 0; names != NULL && i < sizeof(known) / sizeof(known[0]); i++) {
         PyObject *name = known[i].function ? PyUnicode_FromString(known[i].name) : NULL;
@@ -805,7 +836,8 @@ static PyMethodDef module_methods[] = {
      "install(cls, abstract_driver, loop_runner)\n--\n\n"
      "Put the C dispatch methods on ``cls``, a subclass of ``abstract_driver``."},
     {"install_io", (PyCFunction)(void (*)(void))install_io, METH_FASTCALL,
-     "install_io(cls, watcher_type, fd_entry_type, wake_table, stream_lost)\n--\n\n"
+     "install_io(cls, watcher_type, fd_entry_type, wake_table, stream_lost, context_type)\n"
+     "--\n\n"
      "Put IoPollDriver's C ``_wait`` and ``_queue_ready`` on ``cls``."},
     {"install_suspensions", (PyCFunction)(void (*)(void))install_suspensions, METH_FASTCALL,
      "install_suspensions(runner_cls, suspension_cls)\n--\n\n"

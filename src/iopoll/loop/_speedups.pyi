@@ -2,7 +2,13 @@
 
 def install(cls: type, abstract_driver: type, loop_runner: type, /) -> None: ...
 def install_io(
-    cls: type, watcher_type: type, fd_entry_type: type, wake_table: object, stream_lost: type, /
+    cls: type,
+    watcher_type: type,
+    fd_entry_type: type,
+    wake_table: object,
+    stream_lost: type,
+    context_type: type,
+    /,
 ) -> None: ...
 def install_suspensions(runner_cls: type, suspension_cls: type, /) -> None: ...
 def method_names() -> tuple[str, ...]: ...
