@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import os
 import re
 import socket
 import sys
@@ -700,6 +701,96 @@ def test_disable_and_enable_inside_a_tick(cls: type) -> Any:
     d.delay(0, lambda cid: seen.append("delay"))
     d.run()
     return seen
+
+
+def _ready_streams(cls: type, count: int, close_one: bool) -> Any:
+    """``count`` streams ready at once, each with a reader and a writer callback, run for
+    three ticks; with ``close_one``, one stream is closed under its callbacks after the
+    first tick, while a ``dup`` keeps its file open (so that epoll still reports it).
+    Returns the callbacks in the order they ran."""
+    d = cls()
+    pairs = [socket.socketpair() for _ in range(count)]
+    kept: list[int] = []
+    seen: list[tuple[str, int]] = []
+    try:
+        for i, (a, b) in enumerate(pairs):
+            b.send(b"x")
+            d.on_readable(a, lambda cid, s, i=i: seen.append(("r", i)))
+            d.on_writable(a, lambda cid, s, i=i: seen.append(("w", i)))
+        ticks = [0]
+
+        def tick(cid: str) -> None:
+            seen.append(("tick", ticks[0]))
+            ticks[0] += 1
+            if ticks[0] == 1 and close_one:
+                closed = pairs[count // 2][0]
+                kept.append(os.dup(closed.fileno()))
+                closed.close()  # its callbacks are still registered
+            if ticks[0] == 3:
+                d.stop()
+
+        d.repeat(0, tick)
+        d.set_error_handler(lambda exc: seen.append((type(exc).__name__, -1)))
+        d.run()
+        return seen
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+        for fd in kept:
+            os.close(fd)
+
+
+@both
+def test_many_ready_streams_in_one_tick(cls: type) -> Any:
+    """More ready watchers than the C wait() holds without a list (256): each callback
+    runs once per tick, in the same order on both drivers."""
+    seen = _ready_streams(cls, 300, close_one=False)
+    assert len(seen) == 3 + 3 * 600  # every stream's two callbacks, each tick
+    return seen
+
+
+@both
+def test_a_stream_closed_under_its_callbacks_among_ready_ones(cls: type) -> Any:
+    """A report that needs care (its stream was closed) sends the C wait() down the
+    general path, whose list the poll walks: the same callbacks run, the lost stream's
+    reported to the error handler, on both drivers."""
+    seen = _ready_streams(cls, 40, close_one=True)
+    assert ("InvalidCallbackError", -1) in seen
+    return seen
+
+
+@needs_c
+def test_the_watchers_of_a_tick_keep_their_reference_counts() -> None:
+    """wait_each() hands each watcher over and lets go of it: no watcher gains or loses
+    a reference over many ticks."""
+    import iopoll
+
+    d = IoPollDriver()
+    a, b = socket.socketpair()
+    try:
+        b.send(b"x")
+        d.on_readable(a, lambda cid, s: None)
+        count = [0]
+
+        def tick(cid: str) -> None:
+            count[0] += 1
+            if count[0] == 500:
+                d.stop()
+
+        first = d.defer(lambda cid: d.stop())
+        d.run()  # the stream's watcher is in the Context now
+        assert first not in d.get_identifiers()
+        watcher = d._entries[a.fileno()].token
+        assert isinstance(watcher, iopoll.Watcher)
+        before = sys.getrefcount(watcher)
+        d.repeat(0, tick)
+        d.run()
+        assert count[0] == 500
+        assert sys.getrefcount(watcher) == before
+    finally:
+        a.close()
+        b.close()
 
 
 @needs_c

@@ -661,7 +661,8 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
                 goto finally;
             }
         }
-        double limit = PyFloat_AsDouble(max_timeout);
+        /* 0, a loop's usual timeout after a busy tick, is within any limit (>= 0). */
+        double limit = value == 0.0 ? 0.0 : PyFloat_AsDouble(max_timeout);
         if (limit == -1.0 && PyErr_Occurred()) {
             goto finally;
         }
