@@ -128,9 +128,18 @@ def decode_prefix(table: DecodeTable) -> tuple[Event | None, ...]:
     table has no entry, so that such a report takes the general path as it does in the dict).
 
     iopoll's C fast path decodes with it: an index instead of an int and a hash lookup per
-    report.  Every other pattern it looks up in ``table`` itself.
+    report.  Every other pattern it looks up in ``table`` itself.  Made once per table (a
+    mechanism class's): every Context of that mechanism shares it.
     """
-    return tuple(table.get(bits) for bits in range(DECODE_PREFIX))
+    known = _prefixes.get(id(table))
+    if known is not None and known[0] is table:
+        return known[1]
+    prefix = tuple(table.get(bits) for bits in range(DECODE_PREFIX))
+    _prefixes[id(table)] = (table, prefix)  # the table is kept: its id is never reused
+    return prefix
+
+
+_prefixes: dict[int, tuple[DecodeTable, tuple[Event | None, ...]]] = {}
 
 
 def decode_bits(table: DecodeTable, bits: int) -> Event:
