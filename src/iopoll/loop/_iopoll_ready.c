@@ -15,8 +15,6 @@
 #define WAKE_READ 1
 #define WAKE_WRITE 2
 
-/* IoPollDriver._wait(poller, timeout): poller.wait(timeout), or [] when a lost stream's
- * report (on_watcher_removed raising _StreamLost) ended the wait. */
 /* Whether `poller` is an iopoll.Context whose class still has iopoll's C wait(): then what
  * a call by name would run is that function, called directly (CPython's type cache answers
  * _PyType_Lookup; Context has no instance __dict__ to hide the method). */
@@ -27,6 +25,8 @@ iopoll_waits_in_c(PyObject *poller)
            && _PyType_Lookup(S.context_type, S.s_context_wait) == S.context_wait;
 }
 
+/* IoPollDriver._wait(poller, timeout): poller.wait(timeout), or [] when a lost stream's
+ * report (on_watcher_removed raising _StreamLost) ended the wait. */
 PyObject *
 iopoll_wait(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -107,7 +107,8 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
         if (value == -1 && PyErr_Occurred()) {
             return -1;
         }
-        wake = (value & S.wakes_readers ? WAKE_READ : 0) | (value & S.wakes_writers ? WAKE_WRITE : 0);
+        wake = (value & S.wakes_readers ? WAKE_READ : 0)
+               | (value & S.wakes_writers ? WAKE_WRITE : 0);
     }
     else {
         PyObject *bits = PyObject_GetItem(S.wake_table, triggered);
@@ -187,7 +188,8 @@ queue_visit(void *arg, PyObject *watcher)
         q->queue = Py_XNewRef(peek(q->self, S.queue));
         q->wakeup = Py_XNewRef(peek(q->self, S.wakeup));
     }
-    if (q->queue == NULL || q->wakeup == NULL || queue_one(q->self, q->queue, q->wakeup, watcher) < 0) {
+    if (q->queue == NULL || q->wakeup == NULL
+        || queue_one(q->self, q->queue, q->wakeup, watcher) < 0) {
         q->visit_failed = 1;
         return -1;
     }
