@@ -72,34 +72,19 @@ def socket_pairs(count: int) -> Iterator[list[tuple[socket.socket, socket.socket
 
 
 def ping_pong(
-    a: socket.socket, b: socket.socket, n: int, stop: Callable[[], None], driver: bool
+    a: socket.socket, b: socket.socket, n: int, stop: Callable[[], None]
 ) -> tuple[Callable[..., None], Callable[..., None]]:
     """The reader callbacks of ``n`` round trips over the pair ``(a, b)``: ``echo`` (for ``b``)
     sends back what it reads; ``pong`` (for ``a``) counts a trip and starts the next, or calls
-    ``stop`` after the last.  Each takes what its loop passes, by name: a driver's the
-    callback id and the stream (``driver``), asyncio's nothing.  The same body either way;
-    a ``*args`` signature would make the driver's call build a tuple that asyncio's, with no
-    arguments, never does."""
+    ``stop`` after the last.  They take what their loop passes as optional parameters (a
+    driver's callback id and stream; asyncio's nothing): a ``*args`` signature would make
+    the driver's call build a tuple that asyncio's, with no arguments, never does."""
     count = [0]
 
-    def echo_body() -> None:
+    def echo(cid: object = None, stream: object = None) -> None:
         b.send(b.recv(16))
 
-    def pong_body() -> None:
-        a.recv(16)
-        count[0] += 1
-        if count[0] == n:
-            stop()
-        else:
-            a.send(b"x")
-
-    if not driver:
-        return echo_body, pong_body
-
-    def echo(cid: str, stream: object) -> None:
-        b.send(b.recv(16))
-
-    def pong(cid: str, stream: object) -> None:
+    def pong(cid: object = None, stream: object = None) -> None:
         a.recv(16)
         count[0] += 1
         if count[0] == n:
@@ -198,7 +183,7 @@ def loop_round_trips(make: Callable[[], Driver], n: int, idle: int) -> float:
     with socket_pairs(1 + idle) as [(a, b), *idles]:
         for x, _ in idles:
             d.unreference(d.on_readable(x, lambda cid, s: None))
-        echo, pong = ping_pong(a, b, n, d.stop, driver=True)
+        echo, pong = ping_pong(a, b, n, d.stop)
         d.on_readable(b, echo)
         d.on_readable(a, pong)
         d.delay(0, lambda cid: d.stop())
@@ -286,7 +271,7 @@ def aio_round_trips(make: Callable[[], asyncio.AbstractEventLoop], n: int, idle:
         b.setblocking(False)
         for x, _ in idles:
             loop.add_reader(x, lambda: None)
-        echo, pong = ping_pong(a, b, n, loop.stop, driver=False)
+        echo, pong = ping_pong(a, b, n, loop.stop)
         loop.add_reader(b, echo)
         loop.add_reader(a, pong)
         loop.call_soon(loop.stop)
