@@ -583,18 +583,19 @@ loop_poll(PyObject *self, PyObject *timeout)
     if (ready == NULL) {
         return NULL;
     }
-    int any = nonempty(ready);
+    int any = nonempty(ready), failed = any < 0;
     if (any > 0) {
         int index = native_index(self);
         done = index >= 0 && S.installed[index].io ? iopoll_queue_ready(self, ready)
                                                    : call1(self, S.s_queue_ready, ready);
+        failed = done == NULL;
         Py_XDECREF(done);
-        if (done != NULL) {
+        if (!failed) {
             put_bool(self, S.idle, 0);
         }
     }
     Py_DECREF(ready);
-    if (any < 0 || (any > 0 && done == NULL)) {
+    if (failed) {
         return NULL;
     }
     return any ? Py_NewRef(Py_None) : idle_after(self, timeout);
