@@ -44,7 +44,7 @@ def accelerate(
 
     ``io``, for ``IoPollDriver``: its ``Watcher`` class, ``FdEntry``, the table of wake
     bits, the exception that ends a wait after a lost stream and its ``Context`` class;
-    with it, ``cls`` also gets the C ``_wait`` and ``_queue_ready``, and the first calls
+    with it, ``cls`` also gets the C ``_wait`` and ``_queue_ready``, and its C poll calls
     that ``Context``'s C ``wait()`` directly while the class has it.  Not when the
     extension was not built (it is optional) or ``IOPOLL_PURE_PYTHON`` is set; a build
     whose slots do not match the classes' warns and leaves ``cls`` pure.
