@@ -112,4 +112,35 @@ set_attribute(PyTypeObject *type, PyObject *descriptor)
     return failed;
 }
 
+/* visit(arg, item) for each item of `items`, as a Python for loop runs over it: an exact
+ * list by index, its length read again each time (a visit may run code that changes it),
+ * anything else through its iterator; each item held while it is visited.  How many were
+ * visited, or -1 with the error set: a visit that fails (-1) ends the loop. */
+static inline Py_ssize_t
+for_each(PyObject *items, int (*visit)(void *, PyObject *), void *arg)
+{
+    Py_ssize_t visited = 0;
+    int failed = 0;
+    if (PyList_CheckExact(items)) {
+        Py_INCREF(items);
+        for (; !failed && visited < PyList_GET_SIZE(items); visited++) {
+            PyObject *item = Py_NewRef(PyList_GET_ITEM(items, visited));
+            failed = visit(arg, item) < 0;
+            Py_DECREF(item);
+        }
+        Py_DECREF(items);
+        return failed ? -1 : visited;
+    }
+    PyObject *iterator = PyObject_GetIter(items), *item;
+    failed = iterator == NULL;
+    while (!failed && (item = PyIter_Next(iterator)) != NULL) {
+        failed = visit(arg, item) < 0;
+        Py_DECREF(item);
+        visited++;
+    }
+    failed = failed || PyErr_Occurred() != NULL;
+    Py_XDECREF(iterator);
+    return failed ? -1 : visited;
+}
+
 #endif /* IOPOLL_CSLOTS_H */

@@ -332,6 +332,17 @@ milliseconds(double seconds)
     return ms > (double)INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* *started = time.monotonic() unless it was read already (wait_with() leaves it NULL until
+ * the wait blocks or must resume); 0, or -1 with the error set. */
+static int
+read_started(PyObject **started)
+{
+    if (*started == NULL && (*started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+        return -1;
+    }
+    return 0;
+}
+
 /* One OS wait of `timeout` ms (-1: forever), called without the GIL: its count, or -1 with
  * errno set. */
 typedef int (*OsWait)(void *call, int timeout);
@@ -362,8 +373,7 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
             now_first = 0;
             count = wait(call, 0);
             if (count == 0 && timeout != 0) {
-                if (*started == NULL
-                    && (*started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+                if (read_started(started) < 0) {
                     return -1;
                 }
                 deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
@@ -488,7 +498,7 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         }
         PyList_SET_ITEM(raw, i, pair);
     }
-    if (*started == NULL && (*started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+    if (read_started(started) < 0) {
         Py_DECREF(raw);
         goto finally;
     }
@@ -748,7 +758,7 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
             goto finally;
         }
     }
-    if (started == NULL && (started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+    if (read_started(&started) < 0) {
         goto finally; /* the mechanism's poll may block: the clock first, as in Python */
     }
     PyObject *poll_args[2] = {cut ? wait_obj : seconds, NULL};
@@ -835,35 +845,19 @@ wait_each(PyObject *self, PyObject *timeout, IopollVisit visit, void *arg)
         return -1;
     }
     Py_ssize_t visited = 0;
-    int failed = 0;
     if (result == Py_None) {
+        int failed = 0;
         for (Py_ssize_t i = 0; i < held.count; i++) {
             failed = failed || visit(arg, held.held[i]) < 0;
             Py_DECREF(held.held[i]);
         }
-        visited = held.count;
-    }
-    else if (PyList_CheckExact(result)) {
-        /* By index, its length read again each time, as iterating a list does. */
-        for (; !failed && visited < PyList_GET_SIZE(result); visited++) {
-            PyObject *watcher = Py_NewRef(PyList_GET_ITEM(result, visited));
-            failed = visit(arg, watcher) < 0;
-            Py_DECREF(watcher);
-        }
+        visited = failed ? -1 : held.count;
     }
     else {
-        PyObject *iterator = PyObject_GetIter(result), *watcher;
-        failed = iterator == NULL;
-        while (!failed && (watcher = PyIter_Next(iterator)) != NULL) {
-            failed = visit(arg, watcher) < 0;
-            Py_DECREF(watcher);
-            visited++;
-        }
-        failed = failed || PyErr_Occurred() != NULL;
-        Py_XDECREF(iterator);
+        visited = for_each(result, visit, arg);
     }
     Py_DECREF(result);
-    return failed ? -1 : visited;
+    return visited;
 }
 
 static const IopollWaitApi wait_api = {wait_each};

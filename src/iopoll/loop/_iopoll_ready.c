@@ -137,44 +137,8 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
     return failed ? -1 : 0;
 }
 
-/* IoPollDriver._queue_ready(ready): queue the callbacks each ready watcher wakes. */
-PyObject *
-iopoll_queue_ready(PyObject *self, PyObject *ready)
-{
-    PyObject *queue = Py_XNewRef(peek(self, S.queue));
-    PyObject *wakeup = Py_XNewRef(peek(self, S.wakeup));
-    int failed = queue == NULL || wakeup == NULL;
-    if (!failed && PyList_CheckExact(ready)) {
-        /* wait()'s own list, by index: a signal's wakeup runs Python code that could
-         * change a list, so its length is read again each time, as list iteration does. */
-        Py_INCREF(ready);
-        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(ready); i++) {
-            PyObject *watcher = Py_NewRef(PyList_GET_ITEM(ready, i));
-            failed = queue_one(self, queue, wakeup, watcher) < 0;
-            Py_DECREF(watcher);
-        }
-        Py_DECREF(ready);
-    }
-    else if (!failed) {
-        PyObject *iterator = PyObject_GetIter(ready), *watcher;
-        failed = iterator == NULL;
-        while (!failed && (watcher = PyIter_Next(iterator)) != NULL) {
-            failed = queue_one(self, queue, wakeup, watcher) < 0;
-            Py_DECREF(watcher);
-        }
-        failed = failed || PyErr_Occurred() != NULL;
-        Py_XDECREF(iterator);
-    }
-    Py_XDECREF(queue);
-    Py_XDECREF(wakeup);
-    if (failed) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-/* What queue_visit() needs: the driver, and its queue and wakeup marker, read at the first
- * watcher (as _queue_ready reads them once wait() has returned). */
+/* What queue_visit() needs: the driver, and its queue and wakeup marker (read at the first
+ * watcher when NULL, as _queue_ready reads them once wait() has returned). */
 typedef struct {
     PyObject *self, *queue, *wakeup;
     int visit_failed;
@@ -194,6 +158,20 @@ queue_visit(void *arg, PyObject *watcher)
         return -1;
     }
     return 0;
+}
+
+/* IoPollDriver._queue_ready(ready): queue the callbacks each ready watcher wakes. */
+PyObject *
+iopoll_queue_ready(PyObject *self, PyObject *ready)
+{
+    Queueing q = {self, Py_XNewRef(peek(self, S.queue)), Py_XNewRef(peek(self, S.wakeup)), 0};
+    int failed = q.queue == NULL || q.wakeup == NULL || for_each(ready, queue_visit, &q) < 0;
+    Py_XDECREF(q.queue);
+    Py_XDECREF(q.wakeup);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 /* self._wait(poller, timeout), then self._queue_ready() of what came, for a poller that
