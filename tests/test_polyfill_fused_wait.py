@@ -234,3 +234,29 @@ def test_microseconds_that_are_not_an_int_are_refused_on_the_fused_path_too(
             assert _labels(ctx.wait(0)) == [("writer", int(WRITE))]  # fd lists fresh now
             with pytest.raises(TypeError, match="microseconds must be an int"):
                 ctx.wait(0, microseconds)
+
+
+
+def test_a_listening_socket_takes_the_fused_path_once_a_peek_knew_it() -> None:
+    """The first report of a listener goes to the translation (its FIONREAD fails; a peek
+    finds it has no end of file); from the wait after next on, the fused pass takes it: the
+    per-fd answer that pass reads (``SelectMechanism.reading``) followed the peek."""
+    with socket.create_server(("127.0.0.1", 0)) as server, fallback.Context() as ctx:
+        server.setblocking(False)
+        ctx.add(server, READ, "listener")
+        mechanism = ctx._usable
+        assert mechanism is not None
+        translated = []
+        translate = mechanism.translate
+
+        def counting(readable: list[int], writable: list[int]) -> Any:
+            translated.append(readable)
+            return translate(readable, writable)
+
+        mechanism.translate = counting  # type: ignore[method-assign]
+        with socket.create_connection(server.getsockname()):
+            reports = [_labels(ctx.wait(None)) for _ in range(4)]
+            server.accept()[0].close()
+        assert reports == [[("listener", int(READ))]] * 4
+        # The peek's wait, then the one that refreshes the fd lists; then none.
+        assert translated == [[server.fileno()]] * 2

@@ -171,10 +171,13 @@ class SelectMechanism(Mechanism):
     )
 
     # What the polyfill's fused wait (iopoll_polyfill/fallback.py) reads, besides poll():
-    # the fd lists select() is given, fresh while ``changed`` is false; each registered
-    # fd's kind; each armed fd's events; and the buffer FIONREAD writes its count into.
+    # what refresh() derives from the registrations (the fd lists select() is given, and
+    # `reading`), fresh while ``changed`` is false; and the buffer FIONREAD writes into.
     readers: list[int]
     writers: list[int]
+    # Armed fd that asked for READ -> whether its readable report needs FIONREAD (its kind
+    # is not _ALWAYS): the two questions the fused wait asks of a report, in one lookup.
+    reading: dict[int, bool]
     changed: bool
     kinds: dict[int, int]  # registered fd -> kind (kept while disarmed)
     interest: dict[int, int]  # armed fd -> Event bits
@@ -185,6 +188,7 @@ class SelectMechanism(Mechanism):
         self.kinds = {}
         self.readers = []
         self.writers = []
+        self.reading = {}
         self.changed = False
         self._not_open = False  # a fd registered since the last poll had no open file
         self.count = bytearray(len(_NO_BYTES))
@@ -233,8 +237,12 @@ class SelectMechanism(Mechanism):
             invalid = self._invalid_fds()
             if invalid:
                 return invalid
+        kinds = self.kinds
         self.readers = list(self.interest)
         self.writers = [fd for fd, ev in self.interest.items() if ev & _WANTS_WRITE]
+        self.reading = {
+            fd: kinds[fd] != _ALWAYS for fd, ev in self.interest.items() if ev & _WANTS_READ
+        }
         self.changed = False
         return []
 
@@ -316,7 +324,10 @@ class SelectMechanism(Mechanism):
     def _without_bytes(self, fd: int, kind: int) -> int:
         """What a readable fd with no bytes counted means, by kind."""
         if kind == _STREAM:
-            return _peek(fd, self.kinds)
+            bits = _peek(fd, self.kinds)
+            if self.kinds[fd] != kind:
+                self.changed = True  # a listening or datagram socket: `reading` is stale
+            return bits
         if kind == _PIPE:
             return _HANGUP  # end of file: every writer is gone
         return _ERROR  # _PIPE_WRITER: the reader is gone
@@ -345,3 +356,4 @@ class SelectMechanism(Mechanism):
         self.kinds.clear()
         self.readers = []
         self.writers = []
+        self.reading = {}

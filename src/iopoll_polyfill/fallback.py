@@ -13,11 +13,9 @@ from _iopoll_core.arguments import FOREVER
 from _iopoll_core.backend import BackendBase
 from _iopoll_core.context import Context as _EngineContext
 from _iopoll_core.select_mechanism import (
-    _ALWAYS,
     _FIONREAD,
     _NO_BYTES,
     _READ,
-    _WANTS_READ,
     _WRITE,
     FD_SETSIZE,
     SelectMechanism,
@@ -78,6 +76,11 @@ _WHOLE_SECONDS = (
 )
 
 _engine_wait = _EngineContext.wait
+# wait()'s default: CPython has one int 0, so `microseconds is _NO_MICROSECONDS` is the test
+# "an int equal to 0" in one step (0.0 and False are not it: the engine refuses them).  An
+# interpreter with more than one 0 would send some int zeros down the general path, which
+# gives the same answer.
+_NO_MICROSECONDS = 0
 _MAX_TIMEOUT = SelectMechanism.max_timeout
 _decode = SelectMechanism.decode
 _READ_EVENT, _WRITE_EVENT = _decode[_READ], _decode[_WRITE]
@@ -118,16 +121,15 @@ class Context(_EngineContext):
         runs unchanged on native ``iopoll``, whose ``wait`` takes the same arguments).
         At most ``max_events`` watchers are returned; the rest stay ready for the next call.
         """
-        mechanism = self._usable
+        # Read before it is known to be set: _fast_poll is only set while it is.
+        mechanism: SelectMechanism = self._usable  # type: ignore[assignment]
         watchers = self._watchers
         if (
-            mechanism is not None
-            and self._fast_poll is not None
+            self._fast_poll is not None
             and not mechanism.changed
             and self._first_timer is None
             and max_events is None
-            and microseconds == 0
-            and type(microseconds) is int  # 0.0 and False: the engine refuses them
+            and microseconds is _NO_MICROSECONDS
             and watchers
             and (timeout is None or (type(timeout) is int and 0 <= timeout <= _MAX_TIMEOUT))
         ):
@@ -151,16 +153,16 @@ class Context(_EngineContext):
             ready: list[Watcher] = []
             try:
                 if not writable:
-                    kinds, interest, count = mechanism.kinds, mechanism.interest, mechanism.count
+                    reading, count = mechanism.reading, mechanism.count
                     for fd in readable:
-                        if kinds[fd] != _ALWAYS:
+                        if reading[fd]:  # KeyError: READ not asked; translation's work
                             # FIONREAD: bytes waiting, or end of file (or a reset)?  OSError
                             # (a listening socket's EINVAL) goes to the translation.
                             _ioctl(fd, _FIONREAD, count)
                             if count == _NO_BYTES:
                                 break
                         watcher = watchers[fd]
-                        if not watcher._plain or not interest[fd] & _WANTS_READ:
+                        if not watcher._plain:
                             break
                         # Watcher._stream_open(), inlined.  The probe is read first and
                         # then called: `watcher._probe()` would be a method lookup that
