@@ -253,7 +253,7 @@ def test_a_listening_socket_takes_the_fused_path_once_a_peek_knew_it() -> None:
             translated.append(readable)
             return translate(readable, writable)
 
-        mechanism.translate = counting  # type: ignore[method-assign]
+        mechanism.translate = counting
         with socket.create_connection(server.getsockname()):
             reports = [_labels(ctx.wait(None)) for _ in range(4)]
             server.accept()[0].close()

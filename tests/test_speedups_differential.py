@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import signal
 import socket
@@ -1251,6 +1252,41 @@ def test_the_report_array_is_kept_for_the_next_wait_and_dropped_by_close(
     assert ctx._native_buffer is kept  # the same array, not one per call
     ctx.close()
     assert ctx._native_buffer is None
+
+
+class _LookingHandle(fz.SocketHandle):
+    """A socket whose probe looks, through the garbage collector, for lists that already
+    hold the watchers probed before it in the same wait(): what Python code run by a probe
+    could reach, and append to, while the C wait fills its result."""
+
+    __slots__ = ("earlier", "seen")
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.earlier: list[Any] = []
+        self.seen: list[int] = []
+
+    def fileno(self) -> int:
+        if self.earlier:
+            lists = [r for r in gc.get_referrers(*self.earlier) if type(r) is list]
+            self.seen.append(sum(1 for r in lists if len(r) == len(self.earlier) + 1))
+        return super().fileno()
+
+
+@needs_speedups_in_use
+@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
+def test_a_probe_cannot_reach_the_result_list_while_it_is_filled(
+    backend: Backend, pairs: MakePair
+) -> None:
+    with iopoll.Context(backend) as ctx:
+        first = ctx.add(pairs()[1], WRITE, "first")
+        looking = _LookingHandle(pairs()[1])
+        ctx.add(looking, WRITE, "looking")
+        looking.earlier = [first]
+        assert [w.data for w in ctx.wait(0)] == ["first", "looking"]
+        # In the list's one slot: the first watcher; in the other, nothing yet.  A list of
+        # two that holds `first` is the result; a probe must not be able to see it.
+        assert looking.seen == [0]
 
 
 # -- fork ---------------------------------------------------------------------------------------

@@ -359,7 +359,8 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
               PyObject **started)
 {
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
-    double deadline = 0.0; /* read once the wait is to block */
+    double deadline = 0.0; /* read when the wait first blocks (`blocked`) */
+    int blocked = 0;
     /* First what is ready now, asked with the GIL held, since nothing blocks: an event loop
      * mostly calls wait() with something ready, and then skips giving up and taking back
      * the GIL (two mutex operations, and waking any thread that waits for it; threads get
@@ -373,14 +374,19 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
             now_first = 0;
             count = wait(call, 0);
             if (count == 0 && timeout != 0) {
-                if (read_started(started) < 0) {
-                    return -1;
-                }
-                deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
                 continue; /* nothing yet: the blocking wait */
             }
         }
         else {
+            if (!blocked) {
+                /* The clock, once: before the first blocking call, whether the
+                 * non-blocking one found nothing or was interrupted (EINTR). */
+                blocked = 1;
+                if (read_started(started) < 0) {
+                    return -1;
+                }
+                deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
+            }
             Py_BEGIN_ALLOW_THREADS
             count = wait(call, timeout);
             Py_END_ALLOW_THREADS
@@ -410,7 +416,7 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
                 return -1;
             }
         }
-        if (timeout > 0) {
+        if (timeout > 0 && blocked) { /* else the first blocking call has it all */
             double left = deadline - monotonic_seconds();
             if (left <= 0.0) {
                 return 0;
@@ -441,6 +447,10 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         if (by_fd == NULL || (ready = PyList_New(count)) == NULL) {
             goto finally;
         }
+        /* Out of the collector's sight until it is full: the probes run Python code, and
+         * none of it may reach (gc.get_objects) a list with empty items, let alone resize
+         * it under `into`. */
+        PyObject_GC_UnTrack(ready);
         into = ((PyListObject *)ready)->ob_item; /* NULL when count is 0: none go there */
     }
     if (by_fd == NULL || low == NULL || decode == NULL) {
@@ -474,6 +484,7 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
             result = Py_NewRef(Py_None);
         }
         else {
+            PyObject_GC_Track(ready);
             result = Py_NewRef(ready);
         }
         goto finally;
@@ -860,7 +871,9 @@ wait_each(PyObject *self, PyObject *timeout, IopollVisit visit, void *arg)
     return visited;
 }
 
-static const IopollWaitApi wait_api = {wait_each};
+static PyObject *fast_wait(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+
+static const IopollWaitApi wait_api = {IOPOLL_WAIT_API_VERSION, fast_wait, wait_each};
 
 static PyMethodDef wait_def = {
     "wait",

@@ -15,7 +15,16 @@
 
 typedef int (*IopollVisit)(void *arg, PyObject *watcher);
 
+/* Raised whenever the struct below changes: a user of the capsule takes it only when its
+ * version is the one it was built with (a stale iopoll/_speedups beside a newer loop). */
+#define IOPOLL_WAIT_API_VERSION 1
+
 typedef struct {
+    int version; /* IOPOLL_WAIT_API_VERSION */
+    /* The C function behind Context.wait (METH_FASTCALL | METH_KEYWORDS): a caller that
+     * found Context.wait's C function checks it is this one before it calls either. */
+    PyObject *(*wait)(PyObject *context, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames);
     Py_ssize_t (*wait_each)(PyObject *context, PyObject *timeout, IopollVisit visit,
                             void *arg);
 } IopollWaitApi;

@@ -531,13 +531,12 @@ loop_poll(PyObject *self, PyObject *timeout)
         if (poller == NULL || other == NULL) {
             return NULL;
         }
-        PyObject *first = call_wait(self, poller, PyLong_FromLong(0)); /* a cached small int */
-        if (first == NULL) {
-            return NULL;
-        }
-        PyObject *second = call_wait(self, other, PyLong_FromLong(0));
+        PyObject *zero = PyLong_FromLong(0);
+        PyObject *first = zero == NULL ? NULL : call_wait(self, poller, zero);
+        PyObject *second = first == NULL ? NULL : call_wait(self, other, zero);
+        Py_XDECREF(zero);
         ready = second == NULL ? NULL : PyNumber_Add(first, second);
-        Py_DECREF(first);
+        Py_XDECREF(first);
         Py_XDECREF(second);
     }
     else {

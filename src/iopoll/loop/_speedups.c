@@ -737,7 +737,8 @@ install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             || !(e_writers = member_of(entry_type, "writers"))) {
             return NULL;
         }
-        long readers = mask_of(args[3], "READERS"), writers = mask_of(args[3], "WRITERS");
+        long readers = mask_of(args[3], "READERS");
+        long writers = PyErr_Occurred() ? -1 : mask_of(args[3], "WRITERS");
         if (PyErr_Occurred()) {
             return NULL;
         }
@@ -746,14 +747,21 @@ install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         if (wait == NULL) {
             return NULL;
         }
-        /* A Context without iopoll's C wait() (its accelerator failed) is called by name. */
+        /* A Context without iopoll's C wait() (its accelerator failed), or whose C wait()
+         * is not the one the capsule names (another build), is called by name. */
         PyCFunction wait_c = c_method(wait, "wait", METH_FASTCALL | METH_KEYWORDS);
         const IopollWaitApi *api = NULL;
         if (wait_c != NULL) {
             api = PyCapsule_Import(IOPOLL_WAIT_API_CAPSULE, 0);
             if (api == NULL) {
-                Py_DECREF(wait);
-                return NULL;
+                PyErr_Clear();
+            }
+            else if (api->version != IOPOLL_WAIT_API_VERSION
+                     || (PyCFunction)(void (*)(void))api->wait != wait_c) {
+                api = NULL;
+            }
+            if (api == NULL) {
+                wait_c = NULL;
             }
         }
         S.w_data = w_data;
