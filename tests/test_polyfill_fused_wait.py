@@ -236,7 +236,6 @@ def test_microseconds_that_are_not_an_int_are_refused_on_the_fused_path_too(
                 ctx.wait(0, microseconds)
 
 
-
 def test_a_listening_socket_takes_the_fused_path_once_a_peek_knew_it() -> None:
     """The first report of a listener goes to the translation (its FIONREAD fails; a peek
     finds it has no end of file); from the wait after next on, the fused pass takes it: the
