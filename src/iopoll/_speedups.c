@@ -438,20 +438,22 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
     PyObject *low = get_slot(self, slots.decode_low);
     PyObject *decode = get_slot(self, slots.decode);
     PyObject *ready = NULL, *result = NULL;
-    PyObject **into; /* where the watchers go: held's array, or the list's items */
-    if (held != NULL && count <= STACK_REPORTS) {
-        into = held->held;
+    /* Where the watchers go while the probes run Python code: held's array, this one (the
+     * list is made once they are all in), or, for more, the list's own items with the list
+     * out of the collector's sight until it is full, so that nothing a probe runs can
+     * reach (gc.get_objects) a list with empty items, let alone resize it under `into`. */
+    PyObject *stack[STACK_REPORTS];
+    PyObject **into;
+    if (count <= STACK_REPORTS) {
+        into = held != NULL ? held->held : stack;
     }
     else {
         held = NULL;
         if (by_fd == NULL || (ready = PyList_New(count)) == NULL) {
             goto finally;
         }
-        /* Out of the collector's sight until it is full: the probes run Python code, and
-         * none of it may reach (gc.get_objects) a list with empty items, let alone resize
-         * it under `into`. */
         PyObject_GC_UnTrack(ready);
-        into = ((PyListObject *)ready)->ob_item; /* NULL when count is 0: none go there */
+        into = ((PyListObject *)ready)->ob_item;
     }
     if (by_fd == NULL || low == NULL || decode == NULL) {
         goto finally;
@@ -472,7 +474,7 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
             handled = set_triggered(watcher, reports[i].bits, low, decode);
         }
         if (handled == 1) {
-            into[taken++] = watcher; /* the list, or held, takes the reference */
+            into[taken++] = watcher; /* held, the stack array (then the list) or the list */
         }
         else {
             Py_DECREF(watcher);
@@ -482,14 +484,22 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         if (held != NULL) {
             held->count = taken;
             result = Py_NewRef(Py_None);
+            goto finally;
         }
-        else {
+        if (ready != NULL) {
             PyObject_GC_Track(ready);
             result = Py_NewRef(ready);
+            goto finally;
         }
-        goto finally;
+        if ((result = PyList_New(taken)) != NULL) {
+            for (int i = 0; i < taken; i++) {
+                PyList_SET_ITEM(result, i, stack[i]); /* the list takes the references */
+            }
+            goto finally;
+        }
+        handled = -1;
     }
-    if (held != NULL) {
+    if (ready == NULL) { /* held's array or the stack one: the list's own go with it */
         for (int i = 0; i < taken; i++) {
             Py_DECREF(into[i]);
         }
