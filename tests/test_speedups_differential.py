@@ -1255,38 +1255,44 @@ def test_the_report_array_is_kept_for_the_next_wait_and_dropped_by_close(
 
 
 class _LookingHandle(fz.SocketHandle):
-    """A socket whose probe looks, through the garbage collector, for lists that already
-    hold the watchers probed before it in the same wait(): what Python code run by a probe
-    could reach, and append to, while the C wait fills its result."""
+    """A socket whose probe looks, through the garbage collector, for a list of ``size``
+    that holds ``first``, a watcher probed before it in the same wait(): the result list
+    the C wait fills, which Python code run by a probe must not reach (and append to)."""
 
-    __slots__ = ("earlier", "seen")
+    __slots__ = ("first", "size", "not_mine", "seen")
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
-        self.earlier: list[Any] = []
+        self.first: Any = None
+        self.size = 0
+        self.not_mine: Any = None  # the Context's own list by fd
         self.seen: list[int] = []
 
     def fileno(self) -> int:
-        if self.earlier:
-            lists = [r for r in gc.get_referrers(*self.earlier) if type(r) is list]
-            self.seen.append(sum(1 for r in lists if len(r) == len(self.earlier) + 1))
+        if self.first is not None:
+            lists = [r for r in gc.get_referrers(self.first) if type(r) is list]
+            self.seen.append(
+                sum(1 for r in lists if len(r) == self.size and r is not self.not_mine)
+            )
         return super().fileno()
 
 
 @needs_speedups_in_use
 @pytest.mark.parametrize("backend", NATIVE_BACKENDS)
+@pytest.mark.parametrize("others", [0, MANY], ids=["on the stack", "beyond the stack array"])
 def test_a_probe_cannot_reach_the_result_list_while_it_is_filled(
-    backend: Backend, pairs: MakePair
+    backend: Backend, others: int, pairs: MakePair
 ) -> None:
     with iopoll.Context(backend) as ctx:
         first = ctx.add(pairs()[1], WRITE, "first")
+        for i in range(others):
+            ctx.add(pairs()[1], WRITE, i)
         looking = _LookingHandle(pairs()[1])
         ctx.add(looking, WRITE, "looking")
-        looking.earlier = [first]
-        assert [w.data for w in ctx.wait(0)] == ["first", "looking"]
-        # In the list's one slot: the first watcher; in the other, nothing yet.  A list of
-        # two that holds `first` is the result; a probe must not be able to see it.
-        assert looking.seen == [0]
+        looking.first, looking.size, looking.not_mine = first, others + 2, ctx._by_fd
+        result = ctx.wait(0)
+        assert len(result) == others + 2 and result[0] is first  # probed before `looking`
+        assert looking.seen == [0]  # no list of the result's size held `first` yet
 
 
 # -- fork ---------------------------------------------------------------------------------------
