@@ -67,9 +67,11 @@ static int slots_made = 0;
 /* Reports that fit on the stack; more get the Context's _native_buffer. */
 #define STACK_REPORTS 256
 
-/* Where wait_each() (_wait_api.h) has the fast path put the ready watchers instead of a
- * list: new references, `count` of them.  Only a result of up to STACK_REPORTS watchers
- * goes here; a larger one, and every result of the general path, is a list. */
+/* Where the fast path puts the ready watchers while their probes run Python code, instead
+ * of a list that code could reach: new references, `count` of them.  wait() makes its
+ * list of them afterwards; wait_each() (_wait_api.h) visits them.  Only a result of up to
+ * STACK_REPORTS watchers goes here; a larger one, and every result of the general path,
+ * is a list. */
 typedef struct {
     PyObject *held[STACK_REPORTS];
     Py_ssize_t count;
@@ -428,8 +430,8 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
 
 /* The ready watchers for `count` reports, found in the Context's fd-indexed list; or, when
  * one needs care (or none came and `cut` says a timer's deadline cut the wait short of
- * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs.  With `held`
- * (wait_each) and no more than it holds, the watchers go there and the result is None. */
+ * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs.  No more
+ * than `held` holds go there, and the result is None. */
 static PyObject *
 deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         PyObject **started, int cut, Held *held)
@@ -438,17 +440,15 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
     PyObject *low = get_slot(self, slots.decode_low);
     PyObject *decode = get_slot(self, slots.decode);
     PyObject *ready = NULL, *result = NULL;
-    /* Where the watchers go while the probes run Python code: held's array, this one (the
-     * list is made once they are all in), or, for more, the list's own items with the list
-     * out of the collector's sight until it is full, so that nothing a probe runs can
-     * reach (gc.get_objects) a list with empty items, let alone resize it under `into`. */
-    PyObject *stack[STACK_REPORTS];
+    /* Where the watchers go while the probes run Python code: held's array or, for more,
+     * the list's own items with the list out of the collector's sight until it is full, so
+     * that nothing a probe runs can reach (gc.get_objects) a list with empty items, let
+     * alone resize it under `into`. */
     PyObject **into;
     if (count <= STACK_REPORTS) {
-        into = held != NULL ? held->held : stack;
+        into = held->held;
     }
     else {
-        held = NULL;
         if (by_fd == NULL || (ready = PyList_New(count)) == NULL) {
             goto finally;
         }
@@ -474,32 +474,24 @@ deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
             handled = set_triggered(watcher, reports[i].bits, low, decode);
         }
         if (handled == 1) {
-            into[taken++] = watcher; /* held, the stack array (then the list) or the list */
+            into[taken++] = watcher; /* held's array, or the list, takes the reference */
         }
         else {
             Py_DECREF(watcher);
         }
     }
     if (handled == 1) {
-        if (held != NULL) {
+        if (ready == NULL) {
             held->count = taken;
             result = Py_NewRef(Py_None);
-            goto finally;
         }
-        if (ready != NULL) {
+        else {
             PyObject_GC_Track(ready);
             result = Py_NewRef(ready);
-            goto finally;
         }
-        if ((result = PyList_New(taken)) != NULL) {
-            for (int i = 0; i < taken; i++) {
-                PyList_SET_ITEM(result, i, stack[i]); /* the list takes the references */
-            }
-            goto finally;
-        }
-        handled = -1;
+        goto finally;
     }
-    if (ready == NULL) { /* held's array or the stack one: the list's own go with it */
+    if (ready == NULL) { /* held's; the list's own go with it */
         for (int i = 0; i < taken; i++) {
             Py_DECREF(into[i]);
         }
@@ -647,8 +639,8 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
 
 #endif /* IOPOLL_HAVE_POLL */
 
-/* wait(*arguments) (timeout, microseconds or NULL for 0, max_events): a list, or with
- * `held` (wait_each), None when the fast path put the watchers there instead. */
+/* wait(*arguments) (timeout, microseconds or NULL for 0, max_events): a list, or None
+ * when the fast path put the watchers in `held` instead (fast_wait() and wait_each()). */
 static PyObject *
 wait_with(PyObject *self, PyObject **arguments, Held *held)
 {
@@ -849,7 +841,23 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (parse_wait_args(args, nargs, kwnames, arguments) < 0) {
         return NULL;
     }
-    return wait_with(self, arguments, NULL);
+    Held held;
+    held.count = 0;
+    PyObject *result = wait_with(self, arguments, &held);
+    if (result != Py_None) {
+        return result; /* a list, or NULL */
+    }
+    Py_DECREF(result);
+    if ((result = PyList_New(held.count)) == NULL) {
+        for (Py_ssize_t i = 0; i < held.count; i++) {
+            Py_DECREF(held.held[i]);
+        }
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < held.count; i++) {
+        PyList_SET_ITEM(result, i, held.held[i]); /* the list takes the references */
+    }
+    return result;
 }
 
 /* _wait_api.h's wait_each(), for an iopoll.Context (the caller checks that its wait() is
