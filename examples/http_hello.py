@@ -80,13 +80,20 @@ _BUFFER = memoryview(bytearray(65536))
 
 
 class Connection:
-    """One accepted socket on the driver: read, answer, and write what did not fit."""
+    """One accepted socket on the driver: read, answer, and write what did not fit.
 
-    __slots__ = ("_driver", "_pending", "_reader", "_requests", "_sock", "_writer")
+    The read callback answers by itself when nothing waits to be written, which is every
+    request but those that meet a full socket buffer: one Python call per readiness report.
+    """
+
+    __slots__ = ("_driver", "_pending", "_reader", "_recv_into", "_requests", "_send",
+                 "_sock", "_writer")
 
     def __init__(self, driver: Driver, sock: socket.socket) -> None:
         self._driver = driver
         self._sock = sock
+        self._recv_into = sock.recv_into  # bound once: the read callback calls them per report
+        self._send = sock.send
         self._requests = HelloRequests()
         self._pending = b""
         self._writer: str | None = None
@@ -94,7 +101,7 @@ class Connection:
 
     def _readable(self, _id: str, _sock: Any) -> None:
         try:
-            size = self._sock.recv_into(_BUFFER)
+            size = self._recv_into(_BUFFER)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:  # reset by the peer
@@ -102,37 +109,52 @@ class Connection:
         if not size:
             self.close()
             return
-        self._send(self._requests.feed(_BUFFER[:size]))
-
-    def _send(self, out: bytes) -> None:
+        out = self._requests.feed(_BUFFER[:size])
+        if not out:  # no request whole yet
+            return
         if self._pending:  # still waiting for room: keep the order
             self._pending += out
             return
         try:
-            sent = self._sock.send(out)
+            sent = self._send(out)
         except BlockingIOError:
             sent = 0
         except OSError:
             self.close()
             return
+        if sent < len(out) or not self._requests.keep_alive:
+            self._sent(out, sent)
+
+    def _sent(self, out: bytes, sent: int) -> None:
+        """After ``sent`` bytes of ``out`` went: wait for room for the rest, or stop waiting;
+        close once all is written if the client asked to."""
         if sent < len(out):
             self._pending = out[sent:]
-            self._writer = self._driver.on_writable(self._sock, self._writable)
-        elif not self._requests.keep_alive:
+            if self._writer is None:
+                self._writer = self._driver.on_writable(self._sock, self._writable)
+        elif self._writer is not None:
+            self._driver.cancel(self._writer)
+            self._writer = None
+        if not self._pending and not self._requests.keep_alive:
             self.close()
 
     def _writable(self, _id: str, _sock: Any) -> None:
         out, self._pending = self._pending, b""
-        assert self._writer is not None
-        self._driver.cancel(self._writer)
-        self._writer = None
-        self._send(out)
+        try:
+            sent = self._send(out)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        self._sent(out, sent)
 
     def close(self) -> None:
         """Cancel this connection's callbacks, then close its socket."""
         self._driver.cancel(self._reader)
         if self._writer is not None:
             self._driver.cancel(self._writer)
+            self._writer = None
         self._sock.close()
 
 
