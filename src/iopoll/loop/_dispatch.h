@@ -336,16 +336,26 @@ int loop_heap_push(PyObject *heap, PyObject *item);
 PyObject *loop_heap_pop(PyObject *heap);
 int loop_heap_first(PyObject *entry, PyObject *expiration, PyObject *seq);
 
-/* The methods of _dispatch.c, put on the driver classes by install(). */
+/* The methods install() puts on the driver classes: CallbackRegistry's (_registry.c), the
+ * timers' queueing (_timers.c) and the run loop (_dispatch.c). */
 PyObject *loop_activate(PyObject *self, PyObject *callbacks);
-PyObject *loop_enqueue_timers(PyObject *self, PyObject *ignored);
 PyObject *loop_sweep_unindexed(PyObject *self, PyObject *ignored);
 PyObject *loop_tidy_unindexed(PyObject *self, PyObject *ignored);
+PyObject *loop_enqueue_timers(PyObject *self, PyObject *ignored);
 PyObject *loop_tick(PyObject *self, PyObject *previous_idle);
 PyObject *loop_run_microtasks(PyObject *self, PyObject *ignored);
 PyObject *loop_drain(PyObject *self, PyObject *ignored);
 PyObject *loop_run(PyObject *self, PyObject *fresh);
 PyObject *loop_poll(PyObject *self, PyObject *timeout);
+
+/* What those files call of each other.  _timers.c: the heap and the FIFO's two lists as new
+ * references (0, or -1 on error), and one enabled timer put where it goes (the timer
+ * branch of CallbackRegistry._activate).  _registry.c: the end of AbstractDriver._drain,
+ * _tidy_unindexed() when it is due. */
+int loop_timer_lists(PyObject *self, PyObject **lists);
+int loop_activate_timer(PyObject *self, PyObject *callback, PyObject *timers, PyObject *seqs,
+                        PyObject *fifo, PyObject *seq);
+int loop_tidy_if_due(PyObject *self);
 
 /* The classes of the records made in C (_records.c), made by the first install(). */
 int make_record_types(void);

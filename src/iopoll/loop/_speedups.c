@@ -20,9 +20,11 @@
  * touch them (_next_expiration, _sweep_timers) share them.
  *
  * This file holds the registration methods and install(); _dispatch.c the run loop, the tick
- * and the drain; _timer_heap.c the heap; _records.c the classes of the records made here
- * (subclasses of the Python ones, with a cheaper walk for the garbage collector);
- * _suspend.c a suspension's round trip; _dispatch.h what they share.
+ * and the drain; _registry.c the activation of enabled records and the upkeep of the
+ * unindexed ones; _timers.c where a timer waits and when it is queued; _timer_heap.c the
+ * heap's algorithm; _iopoll_ready.c IoPollDriver's poll; _records.c the classes of the
+ * records made here (subclasses of the Python ones, with a cheaper walk for the garbage
+ * collector); _suspend.c a suspension's round trip; _dispatch.h what they share.
  *
  * install(cls) puts these methods on cls, a subclass of AbstractDriver; iopoll.loop does so
  * for IoPollDriver and SelectorsDriver unless IOPOLL_PURE_PYTHON is set.  Their parent

@@ -1,0 +1,217 @@
+/* CallbackRegistry's methods in C: _activate (the enable queue's records made live: timers
+ * to _timers.c, streams to _activate_stream by name, signals into their map) and the upkeep
+ * of _unindexed, the records that have no entry in the id map, line for line as the Python
+ * methods in _registry.py.  See _speedups.c for the whole. */
+
+#include "_dispatch.h"
+
+/* -- activation ------------------------------------------------------------------------- */
+
+/* One record of CallbackRegistry._activate's loop. */
+static int
+activate_one(PyObject *self, PyObject *callback, PyObject *const *lists, PyObject *seq)
+{
+    if (add_to(callback, S.queued, -1) < 0) {
+        return -1;
+    }
+    int queued = truth(callback, S.queued);
+    if (queued != 0) {
+        return queued < 0 ? -1 : 0; /* a later entry activates it */
+    }
+    int enabled = truth(callback, S.enabled);
+    if (enabled <= 0) {
+        return enabled; /* disabled since */
+    }
+    put_bool(callback, S.invokable, 1);
+    PyTypeObject *kind = Py_TYPE(callback);
+    if (kind == S.c_delay_type || kind == S.c_repeat_type
+        || PyObject_TypeCheck(callback, S.timer_type)) {
+        return loop_activate_timer(self, callback, lists[0], lists[1], lists[2], seq);
+    }
+    if (PyObject_TypeCheck(callback, S.stream_type)) {
+        PyObject *done = call1(self, S.s_activate_stream, callback);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    if (PyObject_TypeCheck(callback, S.signal_type)) {
+        PyObject *maps = peek(self, S.signal_callbacks);
+        PyObject *signum = peek(callback, S.signal_arg);
+        PyObject *callback_id = peek(callback, S.id);
+        if (maps == NULL || signum == NULL || callback_id == NULL) {
+            return -1;
+        }
+        PyObject *fresh = PyDict_New();
+        if (fresh == NULL) {
+            return -1;
+        }
+        PyObject *callbacks_for = PyDict_SetDefault(maps, signum, fresh); /* borrowed */
+        Py_DECREF(fresh);
+        if (callbacks_for == NULL) {
+            return -1;
+        }
+        return PyObject_SetItem(callbacks_for, callback_id, callback);
+    }
+    return 0;
+}
+
+PyObject *
+loop_activate(PyObject *self, PyObject *callbacks)
+{
+    PyObject *lists[3]; /* the heap and the FIFO's seqs and records */
+    PyObject *seq = peek(self, S.timer_seq);
+    if (loop_timer_lists(self, lists) < 0 || seq == NULL) {
+        return NULL;
+    }
+    Py_INCREF(seq);
+    PyObject *iterator = PyObject_GetIter(callbacks);
+    PyObject *callback = NULL;
+    int failed = iterator == NULL;
+    while (!failed && (callback = PyIter_Next(iterator)) != NULL) {
+        failed = activate_one(self, callback, lists, seq) < 0;
+        Py_DECREF(callback);
+    }
+    failed = failed || PyErr_Occurred() != NULL;
+    Py_XDECREF(iterator);
+    for (int i = 0; i < 3; i++) {
+        Py_DECREF(lists[i]);
+    }
+    Py_DECREF(seq);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- the unindexed records -------------------------------------------------------------- */
+
+/* _unindexed_limit = max(_SWEEP_UNINDEXED, 2 * length) */
+static int
+put_unindexed_limit(PyObject *self, Py_ssize_t length)
+{
+    Py_ssize_t limit = length > PY_SSIZE_T_MAX / 2 ? PY_SSIZE_T_MAX : 2 * length;
+    return put_new(self, S.unindexed_limit,
+                   PyLong_FromSsize_t(limit < S.sweep_unindexed ? S.sweep_unindexed : limit));
+}
+
+/* The length at which _unindexed is swept whole (its _unindexed_limit); -1 on error. */
+static Py_ssize_t
+unindexed_limit(PyObject *self)
+{
+    PyObject *limit = peek(self, S.unindexed_limit);
+    if (limit == NULL) {
+        return -1;
+    }
+    Py_ssize_t at = PyLong_AsSsize_t(limit);
+    if (at < 0 && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "_unindexed_limit must not be negative");
+    }
+    return at < 0 ? -1 : at;
+}
+
+/* The driver's _unindexed, a new reference to the list the registry made; NULL on error. */
+static PyObject *
+unindexed_list(PyObject *self)
+{
+    PyObject *unindexed = get_slot(self, S.unindexed);
+    if (unindexed != NULL && !PyList_CheckExact(unindexed)) {
+        PyErr_SetString(PyExc_TypeError, "_unindexed must be a list");
+        Py_CLEAR(unindexed);
+    }
+    return unindexed;
+}
+
+/* CallbackRegistry._sweep_unindexed: _unindexed becomes a new list of its records that are
+ * still enabled (the others ended). */
+PyObject *
+loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *unindexed = unindexed_list(self);
+    if (unindexed == NULL) {
+        return NULL;
+    }
+    PyObject *kept = PyList_New(0);
+    int failed = kept == NULL;
+    /* Reading a record's bool slot runs no Python code: the list cannot change meanwhile. */
+    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(unindexed); i++) {
+        PyObject *callback = PyList_GET_ITEM(unindexed, i);
+        int enabled = truth(callback, S.enabled);
+        failed = enabled < 0 || (enabled && PyList_Append(kept, callback) < 0);
+    }
+    Py_DECREF(unindexed);
+    if (failed) {
+        Py_XDECREF(kept);
+        return NULL;
+    }
+    Py_ssize_t length = PyList_GET_SIZE(kept);
+    if (put_new(self, S.unindexed, kept) < 0 || put_unindexed_limit(self, length) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* CallbackRegistry._tidy_unindexed: the ended records at the front of _unindexed dropped,
+ * then the whole list swept if it reached its limit. */
+PyObject *
+loop_tidy_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *unindexed = unindexed_list(self);
+    if (unindexed == NULL) {
+        return NULL;
+    }
+    Py_ssize_t ended = 0;
+    int failed = 0;
+    for (; ended < PyList_GET_SIZE(unindexed); ended++) {
+        int enabled = truth(PyList_GET_ITEM(unindexed, ended), S.enabled);
+        if (enabled != 0) {
+            failed = enabled < 0;
+            break;
+        }
+    }
+    if (!failed && ended) {
+        failed = PyList_SetSlice(unindexed, 0, ended, NULL) < 0
+                 || put_unindexed_limit(self, PyList_GET_SIZE(unindexed)) < 0;
+    }
+    Py_ssize_t at = failed ? -1 : unindexed_limit(self);
+    failed = failed || at < 0;
+    if (!failed && PyList_GET_SIZE(unindexed) >= at) {
+        PyObject *done = own_method(self, S.s_sweep_unindexed, loop_sweep_unindexed, NULL);
+        failed = done == NULL;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(unindexed);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The end of AbstractDriver._drain: _tidy_unindexed() when the front of _unindexed ended or
+ * the list reached its limit. */
+int
+loop_tidy_if_due(PyObject *self)
+{
+    PyObject *unindexed = peek(self, S.unindexed);
+    if (unindexed == NULL) {
+        return -1;
+    }
+    /* Anything but a list goes to _tidy_unindexed, which refuses it. */
+    if (PyList_CheckExact(unindexed)) {
+        Py_ssize_t length = PyList_GET_SIZE(unindexed);
+        if (length == 0) {
+            return 0;
+        }
+        int first_enabled = truth(PyList_GET_ITEM(unindexed, 0), S.enabled);
+        if (first_enabled < 0) {
+            return -1;
+        }
+        if (first_enabled) {
+            Py_ssize_t at = unindexed_limit(self);
+            if (at < 0 || length < at) {
+                return at < 0 ? -1 : 0;
+            }
+        }
+    }
+    PyObject *done = own_method(self, S.s_tidy_unindexed, loop_tidy_unindexed, NULL);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
