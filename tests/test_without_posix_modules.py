@@ -6,8 +6,9 @@ anything else is imported (the attributes deleted from ``select``, the modules b
 through ``sys.modules[name] = None``), then imports ``iopoll``, ``iopoll_polyfill``,
 ``iopoll.aio`` and ``iopoll.loop`` and uses the ``SELECT`` backend and the polyfill there.
 It is not Windows (sockets are still POSIX fds, ``sys.platform`` is still ``linux``): it
-proves only that nothing imports or calls what is missing.  Also here: ``_speedups.c``
-includes no POSIX header, so that MSVC can build it.
+proves only that nothing imports or calls what is missing.  Also here: the C code includes
+no POSIX header outside a conditional, and compiles without warnings with the POSIX
+platform macros undefined, so that MSVC can build it.
 """
 
 from __future__ import annotations
@@ -198,8 +199,41 @@ def test_the_c_code_includes_no_posix_header_outside_a_conditional() -> None:
                     unguarded.append(found.group(2))
         assert depth == 0, source
         assert set(unguarded) <= _PORTABLE_HEADERS, (source, set(unguarded) - _PORTABLE_HEADERS)
-    c_file = ROOT / "src" / "iopoll" / "_speedups.c"
+    c_file = ROOT / "src" / "iopoll" / "_speedups.h"
     assert "#include <Python.h>" in c_file.read_text(), "the parser above is wrong"
+
+
+# What a compiler on no POSIX system leaves undefined, of the macros the C code asks.
+_NOT_POSIX = ("-U__linux__", "-U__linux", "-Ulinux", "-U__unix__", "-U__unix", "-Uunix",
+              "-U__APPLE__")
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="Linux's system headers build without these macros; elsewhere the build is the test",
+)
+def test_the_c_code_compiles_where_no_posix_macro_is_defined() -> None:
+    """Every C file, compiled as a platform with neither epoll nor poll sees it (Windows):
+    no warning, so no function that only the POSIX branches define is called outside them.
+    A C compiler on PATH (cc) is needed: skipped without one."""
+    import shutil
+    import sysconfig
+
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        pytest.skip("no C compiler on PATH")
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").is_file():
+        pytest.skip("no Python headers")
+    sources = sorted((ROOT / "src" / "iopoll").rglob("*.c"))
+    assert len(sources) >= 9, sources
+    for source in sources:
+        done = subprocess.run(
+            [compiler, "-fsyntax-only", "-Wall", "-Wextra", "-Werror", *_NOT_POSIX,
+             f"-I{include}", str(source)],
+            capture_output=True, text=True, check=False,
+        )
+        assert done.returncode == 0, f"{source.name}:\n{done.stderr}"
 
 
 @stand_in

@@ -1,0 +1,468 @@
+/* The OS side of Context.wait()'s C fast path (iopoll._speedups; _speedups.c has the
+ * whole): epoll_wait(2) and poll(2) called directly, with the GIL released only when they
+ * block; PEP 475's retry; and each report handed to its watcher, once the watcher's
+ * fileno() probe says its stream is still the fd's, with its decoded events set.  A report
+ * that needs care goes back, with all the others, to the Context's _finish_wait. */
+
+#include "_speedups.h"
+
+/* -- a report's watcher ------------------------------------------------------------------ */
+
+/* Whether `watcher` (any object, held by the caller) is a plain stream watcher whose stream
+ * still has `fd` open, as the Python fast path's loop body asks before it decodes: 1 yes;
+ * 0 it needs care (not a watcher, one-shot, not a stream, closed, or the number now names
+ * another file); -1 error. */
+int
+still_open(PyObject *watcher, long fd)
+{
+    if (!PyObject_TypeCheck(watcher, slots.watcher_type)) {
+        return 0;
+    }
+    PyObject *plain = peek(watcher, slots.plain);
+    if (plain == NULL) {
+        return -1;
+    }
+    if (plain != Py_True) {
+        return 0; /* one-shot, or a handle that is not a stream: _collect */
+    }
+    PyObject *probe = get_slot(watcher, slots.probe);
+    if (probe == NULL) {
+        return -1;
+    }
+    PyObject *probed = PyObject_CallNoArgs(probe);
+    Py_DECREF(probe);
+    int same;
+    if (probed != NULL && PyLong_CheckExact(probed)) {
+        /* The common case, compared in C: fileno() gave an exact int. */
+        int overflow;
+        long probed_fd = PyLong_AsLongAndOverflow(probed, &overflow);
+        same = !overflow && probed_fd == fd;
+    }
+    else if (probed != NULL) {
+        PyObject *fd_obj = PyLong_FromLong(fd);
+        same = fd_obj == NULL ? -1 : PyObject_RichCompareBool(probed, fd_obj, Py_EQ);
+        Py_XDECREF(fd_obj);
+    }
+    else {
+        same = -1;
+    }
+    Py_XDECREF(probed);
+    if (same < 0 && PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* A closed file's fileno() raises, and so may a broken handle's, or its number's
+         * comparison: as in Python, _collect decides (it takes any Exception for closed). */
+        PyErr_Clear();
+        return 0;
+    }
+    return same;
+}
+
+/* `watcher`'s report decoded and set as its _triggered, once still_open() said 1: 1 done;
+ * 0 a bit pattern the table lacks (POLLNVAL), for _collect; -1 error.  `low` is the
+ * Context's _decode_low, indexed by the bits below its length; `decode` its _decode. */
+int
+set_triggered(PyObject *watcher, unsigned long bits, PyObject *low, PyObject *decode)
+{
+    PyObject *triggered; /* borrowed: the tables hold it */
+    if (bits < (unsigned long)PyTuple_GET_SIZE(low)) {
+        triggered = PyTuple_GET_ITEM(low, (Py_ssize_t)bits);
+        if (triggered == Py_None) {
+            return 0;
+        }
+    }
+    else {
+        PyObject *bits_obj = PyLong_FromUnsignedLong(bits);
+        if (bits_obj == NULL) {
+            return -1;
+        }
+        triggered = PyDict_GetItemWithError(decode, bits_obj); /* runs no Python code */
+        Py_DECREF(bits_obj);
+        if (triggered == NULL) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    set_slot(watcher, slots.triggered, triggered);
+    return 1;
+}
+
+/* Raise what wait() raises for the OSError set now: Context._poll_failed decides (a signal
+ * handler's exception is never an OSError here: PyErr_CheckSignals returned it already). */
+void
+poll_failed(PyObject *self)
+{
+    PyObject *exc = fetch_exception();
+    PyObject *failed = call_method(self, slots.str_poll_failed, &exc, 1);
+    Py_DECREF(exc);
+    if (failed != NULL) { /* it always raises */
+        Py_DECREF(failed);
+        PyErr_SetString(PyExc_SystemError, "Context._poll_failed() returned");
+    }
+}
+
+/* *started = time.monotonic() unless it was read already (wait_with() leaves it NULL until
+ * the wait blocks or must resume); 0, or -1 with the error set. */
+int
+read_started(PyObject **started)
+{
+    if (*started == NULL && (*started = PyObject_CallNoArgs(slots.monotonic)) == NULL) {
+        return -1;
+    }
+    return 0;
+}
+
+/* -- the OS waits ------------------------------------------------------------------------ */
+
+#ifdef IOPOLL_HAVE_NATIVE
+
+/* One report of the OS, whichever call made it. */
+typedef struct {
+    int fd;
+    unsigned int bits;
+} Report;
+
+/* At least `size` bytes for one OS wait's reports, when they may not fit on the stack: the
+ * Context's _native_buffer (a bytearray the Python side owns), taken out of its slot for
+ * the call so that a wait() nested in a probe finds None there and makes its own.  A new
+ * reference, or NULL with an error; put_buffer() gives it back.  One array grown as the
+ * watchers grow, instead of a malloc and a free per call (at 1,000 watchers, 12 KiB: the
+ * allocator's slow path, and more than the rest of the call). */
+static PyObject *
+take_buffer(PyObject *self, Py_ssize_t size)
+{
+    PyObject *buffer = get_slot(self, slots.native_buffer);
+    if (buffer == NULL) {
+        return NULL;
+    }
+    if (PyByteArray_CheckExact(buffer)) {
+        set_slot(self, slots.native_buffer, Py_None);
+    }
+    else {
+        Py_SETREF(buffer, PyByteArray_FromStringAndSize(NULL, 0));
+        if (buffer == NULL) {
+            return NULL;
+        }
+    }
+    if (PyByteArray_GET_SIZE(buffer) < size && PyByteArray_Resize(buffer, size) < 0) {
+        Py_DECREF(buffer);
+        return NULL;
+    }
+    return buffer;
+}
+
+/* take_buffer()'s array back into the Context's slot; steals the reference. */
+static void
+put_buffer(PyObject *self, PyObject *buffer)
+{
+    set_slot(self, slots.native_buffer, buffer);
+    Py_DECREF(buffer);
+}
+
+static double
+monotonic_seconds(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* time.monotonic()'s clock on Linux and BSD */
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static int
+milliseconds(double seconds)
+{
+    /* Rounded up, as CPython's epoll.poll() and poll.poll() do, so that a wait never ends
+     * early; the caller keeps seconds within Mechanism.max_timeout, an int of ms. */
+    double ms = ceil(seconds * 1e3);
+    return ms > (double)INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* One OS wait of `timeout` ms (-1: forever), called without the GIL: its count, or -1 with
+ * errno set. */
+typedef int (*OsWait)(void *call, int timeout);
+
+/* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
+ * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
+ * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
+ * `os_object` (the select.epoll object, or NULL) is asked after the handlers whether one of
+ * them closed it, as CPython's own retry finds (EBADF): its fd number may be another file's
+ * by then.  Before it blocks, it sets *started, if NULL, to time.monotonic() (see
+ * wait_with()). */
+static int
+wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
+              PyObject **started)
+{
+    int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
+    double deadline = 0.0; /* read when the wait first blocks (`blocked`) */
+    int blocked = 0;
+    /* First what is ready now, asked with the GIL held, since nothing blocks: an event loop
+     * mostly calls wait() with something ready, and then skips giving up and taking back
+     * the GIL (two mutex operations, and waking any thread that waits for it; threads get
+     * the GIL at the interpreter's switch interval, as from any other C call).  Only when
+     * nothing is ready does the wait block, with the GIL released.  A zero timeout never
+     * blocks, so that call is the whole wait (an event loop's tick after a busy one). */
+    int now_first = 1;
+    for (;;) {
+        int count;
+        if (now_first) {
+            now_first = 0;
+            count = wait(call, 0);
+            if (count == 0 && timeout != 0) {
+                continue; /* nothing yet: the blocking wait */
+            }
+        }
+        else {
+            if (!blocked) {
+                /* The clock, once: before the first blocking call, whether the
+                 * non-blocking one found nothing or was interrupted (EINTR). */
+                blocked = 1;
+                if (read_started(started) < 0) {
+                    return -1;
+                }
+                deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
+            }
+            Py_BEGIN_ALLOW_THREADS
+            count = wait(call, timeout);
+            Py_END_ALLOW_THREADS
+        }
+        if (count >= 0) {
+            return count;
+        }
+        if (errno != EINTR) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            poll_failed(self);
+            return -1;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            return -1;
+        }
+        if (os_object != NULL) {
+            PyObject *closed = PyObject_GetAttrString(os_object, "closed");
+            int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
+            Py_XDECREF(closed);
+            if (is_closed < 0) {
+                return -1;
+            }
+            if (is_closed) {
+                errno = EBADF;
+                PyErr_SetFromErrno(PyExc_OSError);
+                poll_failed(self);
+                return -1;
+            }
+        }
+        if (timeout > 0 && blocked) { /* else the first blocking call has it all */
+            double left = deadline - monotonic_seconds();
+            if (left <= 0.0) {
+                return 0;
+            }
+            timeout = milliseconds(left);
+        }
+    }
+}
+
+/* The ready watchers for `count` reports, found in the Context's fd-indexed list; or, when
+ * one needs care (or none came and `cut` says a timer's deadline cut the wait short of
+ * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs.  No more
+ * than `held` holds go there, and the result is None. */
+static PyObject *
+deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
+        PyObject **started, int cut, Held *held)
+{
+    PyObject *by_fd = get_slot(self, slots.by_fd);
+    PyObject *low = get_slot(self, slots.decode_low);
+    PyObject *decode = get_slot(self, slots.decode);
+    PyObject *ready = NULL, *result = NULL;
+    /* Where the watchers go while the probes run Python code: held's array or, for more,
+     * the list's own items with the list out of the collector's sight until it is full, so
+     * that nothing a probe runs can reach (gc.get_objects) a list with empty items, let
+     * alone resize it under `into`. */
+    PyObject **into;
+    if (count <= STACK_REPORTS) {
+        into = held->held;
+    }
+    else {
+        if (by_fd == NULL || (ready = PyList_New(count)) == NULL) {
+            goto finally;
+        }
+        PyObject_GC_UnTrack(ready);
+        into = ((PyListObject *)ready)->ob_item;
+    }
+    if (by_fd == NULL || low == NULL || decode == NULL) {
+        goto finally;
+    }
+    int handled = PyList_CheckExact(by_fd) && PyTuple_CheckExact(low)
+                  && PyDict_CheckExact(decode) && !(cut && !count);
+    int taken = 0; /* the watchers put in `into` so far */
+    for (int i = 0; i < count && handled == 1; i++) {
+        int fd = reports[i].fd;
+        /* Re-read each time: a probe may have run code that changed the Context. */
+        if (fd < 0 || fd >= PyList_GET_SIZE(by_fd)) {
+            handled = 0; /* no watcher: a stale registration */
+            break;
+        }
+        PyObject *watcher = Py_NewRef(PyList_GET_ITEM(by_fd, fd));
+        handled = still_open(watcher, fd);
+        if (handled == 1) {
+            handled = set_triggered(watcher, reports[i].bits, low, decode);
+        }
+        if (handled == 1) {
+            into[taken++] = watcher; /* held's array, or the list, takes the reference */
+        }
+        else {
+            Py_DECREF(watcher);
+        }
+    }
+    if (handled == 1) {
+        if (ready == NULL) {
+            held->count = taken;
+            result = Py_NewRef(Py_None);
+        }
+        else {
+            PyObject_GC_Track(ready);
+            result = Py_NewRef(ready);
+        }
+        goto finally;
+    }
+    if (ready == NULL) { /* held's; the list's own go with it */
+        for (int i = 0; i < taken; i++) {
+            Py_DECREF(into[i]);
+        }
+    }
+    if (handled < 0) {
+        goto finally;
+    }
+    PyObject *raw = PyList_New(count);
+    if (raw == NULL) {
+        goto finally;
+    }
+    for (int i = 0; i < count; i++) {
+        PyObject *pair = Py_BuildValue("(ik)", reports[i].fd, (unsigned long)reports[i].bits);
+        if (pair == NULL) {
+            Py_DECREF(raw);
+            goto finally;
+        }
+        PyList_SET_ITEM(raw, i, pair);
+    }
+    if (read_started(started) < 0) {
+        Py_DECREF(raw);
+        goto finally;
+    }
+    PyObject *finish_args[3] = {raw, seconds_obj, *started};
+    result = call_method(self, slots.str_finish_wait, finish_args, 3);
+    Py_DECREF(raw);
+
+finally:
+    Py_XDECREF(ready);
+    Py_XDECREF(decode);
+    Py_XDECREF(low);
+    Py_XDECREF(by_fd);
+    return result;
+}
+
+#endif /* IOPOLL_HAVE_NATIVE */
+
+#ifdef IOPOLL_HAVE_EPOLL
+
+typedef struct {
+    int epfd;
+    struct epoll_event *events;
+    int size;
+} EpollCall;
+
+static int
+epoll_call(void *call, int timeout)
+{
+    EpollCall *c = call;
+    return epoll_wait(c->epfd, c->events, c->size, timeout);
+}
+
+_Static_assert(sizeof(Report) <= sizeof(struct epoll_event), "reports overwrite the events");
+
+/* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
+ * report from each of `nwatchers` watchers (the fast path has no max_events). */
+PyObject *
+epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwatchers,
+                PyObject *seconds_obj, double seconds, PyObject **started, int cut, Held *held)
+{
+    struct epoll_event stack_events[STACK_REPORTS];
+    EpollCall call = {epfd, stack_events, nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
+    PyObject *buffer = NULL, *result = NULL;
+    if (call.size > STACK_REPORTS) {
+        buffer = take_buffer(self, (Py_ssize_t)call.size * (Py_ssize_t)sizeof(struct epoll_event));
+        if (buffer == NULL) {
+            return NULL;
+        }
+        call.events = (struct epoll_event *)PyByteArray_AS_STRING(buffer);
+    }
+    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object, started);
+    if (count >= 0) {
+        /* The reports are written over the events, in order: a Report is no larger than
+         * an epoll_event, so reports[i] never reaches events[i], which is read first. */
+        Report *reports = (Report *)call.events;
+        for (int i = 0; i < count; i++) {
+            struct epoll_event event = call.events[i];
+            reports[i].fd = event.data.fd; /* CPython's epoll registers data.fd = fd */
+            reports[i].bits = event.events;
+        }
+        result = deliver(self, reports, count, seconds_obj, started, cut, held);
+    }
+    if (buffer != NULL) {
+        put_buffer(self, buffer);
+    }
+    return result;
+}
+
+#endif /* IOPOLL_HAVE_EPOLL */
+
+#ifdef IOPOLL_HAVE_POLL
+
+typedef struct {
+    struct pollfd *fds;
+    nfds_t size;
+} PollCall;
+
+static int
+poll_call(void *call, int timeout)
+{
+    PollCall *c = call;
+    return poll(c->fds, c->size, timeout);
+}
+
+/* wait()'s fast path on POLL: poll(2) on a copy of the mechanism's struct pollfd array
+ * (`pollfds`, a bytearray).  A copy, as CPython's poll object polls its own array: a signal
+ * handler run between retries, or another thread, may change the poll set meanwhile. */
+PyObject *
+poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double seconds,
+               PyObject **started, int cut, Held *held)
+{
+    struct pollfd stack_fds[STACK_REPORTS];
+    Report stack_reports[STACK_REPORTS];
+    Report *reports = stack_reports;
+    size_t size = (size_t)PyByteArray_GET_SIZE(pollfds) / sizeof(struct pollfd);
+    PollCall call = {stack_fds, (nfds_t)size};
+    PyObject *buffer = NULL, *result = NULL;
+    if (size > STACK_REPORTS) {
+        /* The copy of the array, then room for a report per entry. */
+        buffer = take_buffer(self, (Py_ssize_t)(size * (sizeof(struct pollfd) + sizeof(Report))));
+        if (buffer == NULL) {
+            return NULL;
+        }
+        call.fds = (struct pollfd *)PyByteArray_AS_STRING(buffer);
+        reports = (Report *)(call.fds + size);
+    }
+    memcpy(call.fds, PyByteArray_AS_STRING(pollfds), size * sizeof(struct pollfd));
+    int count = wait_retrying(self, poll_call, &call, seconds, NULL, started);
+    if (count >= 0) {
+        int found = 0;
+        for (nfds_t i = 0; i < call.size && found < count; i++) {
+            if (call.fds[i].revents) { /* in the array's order: the poll object's (_poll.py) */
+                reports[found].fd = call.fds[i].fd;
+                reports[found].bits = (unsigned short)call.fds[i].revents;
+                found++;
+            }
+        }
+        result = deliver(self, reports, found, seconds_obj, started, cut, held);
+    }
+    if (buffer != NULL) {
+        put_buffer(self, buffer);
+    }
+    return result;
+}
+
+#endif /* IOPOLL_HAVE_POLL */

@@ -1,0 +1,76 @@
+/* _speedups.h: what the two files of iopoll._speedups share (see _speedups.c): the
+ * Context's and Watcher's slots, the array the fast path holds its watchers in, and the
+ * functions _os_wait.c gives _speedups.c. */
+
+#ifndef IOPOLL_SPEEDUPS_H
+#define IOPOLL_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "_cslots.h"
+#include "_wait_api.h"
+#include <errno.h>
+#include <string.h>
+#include <math.h>
+#ifdef __linux__
+#include <sys/epoll.h>
+#define IOPOLL_HAVE_EPOLL 1
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <poll.h>
+#include <time.h> /* clock_gettime */
+#define IOPOLL_HAVE_POLL 1
+#endif
+#if defined(IOPOLL_HAVE_EPOLL) || defined(IOPOLL_HAVE_POLL)
+#define IOPOLL_HAVE_NATIVE 1
+#endif
+
+/* The slots used, as PyMemberDef pointers taken from the classes' member descriptors.  They
+ * stay valid while the classes live; install() keeps a reference to both classes. */
+typedef struct {
+    PyTypeObject *context_type;
+    PyTypeObject *watcher_type;
+    PyMemberDef *fast_poll, *watchers, *decode, *decode_low, *max_timeout; /* Context */
+    PyMemberDef *native_fd, *native_pollfds, *native_buffer;        /* Context */
+    PyMemberDef *by_fd, *first_timer;                               /* Context */
+    PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
+    PyObject *monotonic;                                        /* time.monotonic */
+    PyObject *forever;                                          /* -1.0: no timeout */
+    PyObject *zero;                                             /* 0.0 */
+    PyObject *str_wait, *str_poll_failed, *str_finish_wait;
+} Slots;
+
+/* One set per process, made by the one install() call (_speedups.c): there is one
+ * iopoll.Context. */
+extern Slots slots;
+
+/* Reports that fit on the stack; more get the Context's _native_buffer. */
+#define STACK_REPORTS 256
+
+/* Where the fast path puts the ready watchers while their probes run Python code, instead
+ * of a list that code could reach: new references, `count` of them.  wait() makes its
+ * list of them afterwards; wait_each() (_wait_api.h) visits them.  Only a result of up to
+ * STACK_REPORTS watchers goes here; a larger one, and every result of the general path,
+ * is a list. */
+typedef struct {
+    PyObject *held[STACK_REPORTS];
+    Py_ssize_t count;
+} Held;
+
+/* _os_wait.c: a report's watcher still open, and its report decoded into it; the error
+ * that ends a wait whose poll failed; the clock read once; and the OS waits. */
+int still_open(PyObject *watcher, long fd);
+int set_triggered(PyObject *watcher, unsigned long bits, PyObject *low, PyObject *decode);
+void poll_failed(PyObject *self);
+int read_started(PyObject **started);
+#ifdef IOPOLL_HAVE_EPOLL
+PyObject *epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object,
+                          Py_ssize_t nwatchers, PyObject *seconds_obj, double seconds,
+                          PyObject **started, int cut, Held *held);
+#endif
+#ifdef IOPOLL_HAVE_POLL
+PyObject *poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj,
+                         double seconds, PyObject **started, int cut, Held *held);
+#endif
+
+#endif /* IOPOLL_SPEEDUPS_H */
