@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import io
 import os
 import socket
 import subprocess
@@ -294,3 +295,36 @@ def test_a_zero_timeout_wait_keeps_the_gil(backend: iopoll.Backend) -> None:
         a.close()
         b.close()
     assert (waits, moved) == (50, 0)
+
+
+@pytest.mark.parametrize("backend", [iopoll.Backend.EPOLL, iopoll.Backend.POLL], ids=str)
+@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed"])
+def test_a_file_objects_c_fileno_answers_as_in_python(
+    backend: iopoll.Backend, closed: bool
+) -> None:
+    """The C wait calls a C ``fileno()`` (here ``io.FileIO``'s) through its function: open,
+    it reports the file; closed behind the Context's back while a dup keeps the pipe's
+    end alive (so the OS still reports it), its ``fileno()`` raises ``ValueError``, and
+    both waits forget the watcher without reporting it."""
+    if not getattr(backend, "available", True):
+        pytest.skip(f"{backend} is not available here")
+    outcomes = []
+    for make in (iopoll.Context, pure_iopoll.Context):
+        read_fd, write_fd = os.pipe()
+        reader = io.FileIO(read_fd, "r")
+        keeper = os.dup(read_fd)
+        try:
+            with make(backend) as ctx:
+                watcher = ctx.add(reader, Event.READ, "reader")
+                os.write(write_fd, b"x")
+                if closed:
+                    reader.close()
+                first = [w.data for w in ctx.wait(0.0)]
+                outcomes.append((first, watcher.is_active(), len(ctx)))
+        finally:
+            reader.close()
+            os.close(keeper)
+            os.close(write_fd)
+    c_outcome, python_outcome = outcomes
+    assert c_outcome == python_outcome
+    assert c_outcome == (([], False, 0) if closed else (["reader"], True, 1))

@@ -8,6 +8,23 @@
 
 /* -- a report's watcher ------------------------------------------------------------------ */
 
+/* probe(), the watcher's bound fileno().  When it is a C method without arguments (a
+ * socket's, a file's: the usual probe), its C function is called directly, which is what
+ * the call would run, without the vectorcall dispatch around it; the check that follows a
+ * C call is kept (a NULL without an exception is a SystemError). */
+static inline PyObject *
+call_probe(PyObject *probe)
+{
+    if (PyCFunction_CheckExact(probe) && PyCFunction_GET_FLAGS(probe) == METH_NOARGS) {
+        PyObject *result = PyCFunction_GET_FUNCTION(probe)(PyCFunction_GET_SELF(probe), NULL);
+        if (result == NULL && !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_SystemError, "fileno() returned NULL without an exception");
+        }
+        return result;
+    }
+    return PyObject_CallNoArgs(probe);
+}
+
 /* Whether `watcher` (any object, held by the caller) is a plain stream watcher whose stream
  * still has `fd` open, as the Python fast path's loop body asks before it decodes: 1 yes;
  * 0 it needs care (not a watcher, one-shot, not a stream, closed, or the number now names
@@ -29,7 +46,7 @@ still_open(PyObject *watcher, long fd)
     if (probe == NULL) {
         return -1;
     }
-    PyObject *probed = PyObject_CallNoArgs(probe);
+    PyObject *probed = call_probe(probe);
     Py_DECREF(probe);
     int same;
     if (probed != NULL && PyLong_CheckExact(probed)) {
