@@ -80,20 +80,16 @@ _BUFFER = memoryview(bytearray(65536))
 
 
 class Connection:
-    """One accepted socket on the driver: read, answer, and write what did not fit.
+    """One accepted socket on the driver: read, answer, and write what did not fit."""
 
-    The read callback answers by itself when nothing waits to be written, which is every
-    request but those that meet a full socket buffer: one Python call per readiness report.
-    """
-
-    __slots__ = ("_driver", "_pending", "_reader", "_recv_into", "_requests", "_send",
-                 "_sock", "_writer")
+    __slots__ = ("_driver", "_pending", "_reader", "_recv_into", "_requests", "_sock",
+                 "_sock_send", "_writer")
 
     def __init__(self, driver: Driver, sock: socket.socket) -> None:
         self._driver = driver
         self._sock = sock
-        self._recv_into = sock.recv_into  # bound once: the read callback calls them per report
-        self._send = sock.send
+        self._recv_into = sock.recv_into  # bound once: called for every request
+        self._sock_send = sock.send
         self._requests = HelloRequests()
         self._pending = b""
         self._writer: str | None = None
@@ -110,44 +106,36 @@ class Connection:
             self.close()
             return
         out = self._requests.feed(_BUFFER[:size])
-        if not out:  # no request whole yet
-            return
+        if out:  # else no request is whole yet
+            self._send(out)
+
+    def _send(self, out: bytes) -> None:
+        """Write ``out`` after what waits already; wait for room for the rest (one writer
+        callback until all is out); close once all is out if the client asked to."""
         if self._pending:  # still waiting for room: keep the order
             self._pending += out
             return
         try:
-            sent = self._send(out)
+            sent = self._sock_send(out)
         except BlockingIOError:
             sent = 0
         except OSError:
             self.close()
             return
-        if sent < len(out) or not self._requests.keep_alive:
-            self._sent(out, sent)
-
-    def _sent(self, out: bytes, sent: int) -> None:
-        """After ``sent`` bytes of ``out`` went: wait for room for the rest, or stop waiting;
-        close once all is written if the client asked to."""
         if sent < len(out):
             self._pending = out[sent:]
             if self._writer is None:
                 self._writer = self._driver.on_writable(self._sock, self._writable)
-        elif self._writer is not None:
+            return
+        if self._writer is not None:
             self._driver.cancel(self._writer)
             self._writer = None
-        if not self._pending and not self._requests.keep_alive:
+        if not self._requests.keep_alive:
             self.close()
 
     def _writable(self, _id: str, _sock: Any) -> None:
         out, self._pending = self._pending, b""
-        try:
-            sent = self._send(out)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self.close()
-            return
-        self._sent(out, sent)
+        self._send(out)
 
     def close(self) -> None:
         """Cancel this connection's callbacks, then close its socket."""
