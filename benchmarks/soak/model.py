@@ -267,6 +267,12 @@ class Model:
             if slot.serial > model.seen:  # an operation on its streams since its report
                 return True
             tcp = slot.kind in ("tcp", "tls")
+            if tcp and model.writes and slot.filled:
+                # Its send queue drains as the peer's kernel takes more into a receive
+                # window that grows by itself, with no operation of the soak: each ACK that
+                # frees room is a write edge, seconds later (seed 20261204, step 70,610:
+                # 2.0 s after the fill, 69,033 bytes still unacknowledged).
+                return True
             return tcp and time.monotonic() - slot.last_activity < EDGE_GRACE
         if model.writes:
             return True  # writability is the kernel's call
