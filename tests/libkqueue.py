@@ -175,9 +175,25 @@ def _make_kqueue_class(lib: Any) -> type:
     """A ``select.kqueue`` look-alike class whose calls go to ``lib``."""
 
     def call(
-        fd: int, changes: list[kevent], nevents: int, timeout: float | None
+        owner: Any, changes: list[kevent], nevents: int, timeout: float | None
     ) -> tuple[int, ctypes.Array[_KEvent]]:
-        """One ``kevent()`` call; EINTR retried with the time left, errno cleared first."""
+        """One ``kevent()`` call on ``owner``'s fd; EINTR retried with the time left, errno
+        cleared first.  The fd is read again for each try: a signal handler that closed the
+        kqueue gets ``EBADF``, as CPython's retry on a closed ``select.kqueue`` does.
+
+        ctypes' errno is put back as it was on the way out: a signal handler runs as soon as
+        the interrupted ``kevent()`` returns, before its caller reads errno, and a handler
+        that calls ``kevent()`` itself would otherwise leave its own errno there.
+        """
+        saved_errno = ctypes.get_errno()
+        try:
+            return _call(owner, changes, nevents, timeout)
+        finally:
+            ctypes.set_errno(saved_errno)
+
+    def _call(
+        owner: Any, changes: list[kevent], nevents: int, timeout: float | None
+    ) -> tuple[int, ctypes.Array[_KEvent]]:
         change_array = (_KEvent * max(len(changes), 1))(*(k._to_c() for k in changes))
         events = (_KEvent * max(nevents, 1))()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -186,6 +202,9 @@ def _make_kqueue_class(lib: Any) -> type:
                 spec = None
             else:
                 spec = ctypes.pointer(_timespec(max(deadline - time.monotonic(), 0.0)))
+            fd = owner._fd
+            if fd < 0:
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
             ctypes.set_errno(0)
             count = lib.kevent(fd, change_array, len(changes), events, nevents, spec)
             if count >= 0:
@@ -238,6 +257,15 @@ def _make_kqueue_class(lib: Any) -> type:
             if self._fd < 0:
                 raise ValueError("I/O operation on closed kqueue object")
 
+        def raw_wait_fd(self) -> int:
+            """The fd on which a caller may wait with libkqueue's own ``kevent()`` (iopoll's
+            C fast path does) and see what ``control()`` would return, or -1: not while
+            ``EV_CLEAR`` is emulated (``control()`` drops the repeats), nor with more
+            filters than one call returns (``control()`` makes several calls)."""
+            if self._fd < 0 or self._emulated or len(self._modes) > _MAX_PER_CALL:
+                return -1
+            return self._fd
+
         def control(
             self, changelist: Iterable[kevent] | None, max_events: int, timeout: float | None = None
         ) -> list[kevent]:
@@ -271,7 +299,7 @@ def _make_kqueue_class(lib: Any) -> type:
             wait = timeout
             while len(found) < max_events:
                 batch = min(max_events - len(found), _MAX_PER_CALL)
-                count, events = call(self._fd, [], batch, wait)
+                count, events = call(self, [], batch, wait)
                 repeated = False
                 for raw in events[:count]:
                     key = (raw.ident, raw.filter)
@@ -345,14 +373,14 @@ def _make_kqueue_class(lib: Any) -> type:
 
         def _send(self, change: kevent) -> None:
             try:
-                call(self._fd, [change], 0, 0.0)
+                call(self, [change], 0, 0.0)
             except _SilentFailure:
                 # libkqueue refuses EV_ADD on an existing level filter (-1, errno 0); BSD
                 # takes it as "enable, keep the flags".
                 if not change.flags & KQ_EV_ADD or change.flags & KQ_EV_CLEAR:
                     raise
                 retry = self._with_flags(change, (change.flags & ~KQ_EV_ADD) | KQ_EV_ENABLE)
-                call(self._fd, [retry], 0, 0.0)
+                call(self, [retry], 0, 0.0)
 
     return kqueue
 

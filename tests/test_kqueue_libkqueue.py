@@ -211,12 +211,19 @@ def test_read_and_write_reports_of_many_fds_merge_per_fd(
 # -- the long runs, each in a process of its own ---------------------------------------
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    """``python *args`` in ``tests/``, with ``tests/`` first on its import path."""
-    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+def _run(
+    args: list[str], first: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python *args`` in ``tests/``, with ``tests/`` first on its import path (after
+    ``first``, if given), and ``env`` added to the environment."""
+    path = os.pathsep.join(
+        [*([str(first)] if first else []), str(TESTS), os.environ.get("PYTHONPATH", "")]
+    )
     command = [sys.executable, *args]
-    env = dict(os.environ, PYTHONPATH=path)
-    return subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=600)
+    environment = dict(os.environ, PYTHONPATH=path, **env)
+    return subprocess.run(
+        command, cwd=TESTS, env=environment, capture_output=True, text=True, timeout=600
+    )
 
 
 def _counts(output: str) -> dict[str, int]:
@@ -275,6 +282,92 @@ def test_project_backend_tests_on_kqueue_over_libkqueue() -> None:
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert _counts(result.stdout).get("passed", 0) > 10, result.stdout[-3000:]
+
+
+# -- the C fast path's own kevent(), in a build of it over libkqueue ---------------------
+#
+# iopoll._speedups calls kevent(2) itself where <sys/event.h> is the OS's (BSD, macOS).  Here
+# a copy of the sources is built with libkqueue's header and library (IOPOLL_WITH_LIBKQUEUE),
+# warning-free with -Wall -Wextra, and the KQUEUE cases run with that copy first on the
+# import path: kqueue_c_wait_cases.py (C against Python, and that C is what waits), the
+# test_speedups_differential.py cases written for one backend on KQUEUE, and the whole
+# conformance suite.
+
+ROOT = TESTS.parent
+
+
+@pytest.fixture(scope="module")
+def c_build_over_libkqueue(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` directory of a copy of the sources whose ``iopoll._speedups`` was built
+    against libkqueue.  Skips without a C compiler or libkqueue's headers."""
+    import shutil
+    import sysconfig
+
+    assert LIBRARY is not None
+    library = Path(LIBRARY).resolve()
+    headers = library.parent.parent / "include" / "kqueue"
+    if not (headers / "sys" / "event.h").is_file():
+        pytest.skip(f"libkqueue's headers are not at {headers} (cmake --install puts them there)")
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        pytest.skip("no C compiler on PATH")
+    source = tmp_path_factory.mktemp("c_over_libkqueue") / "src"
+    shutil.copytree(
+        ROOT / "src", source, ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__")
+    )
+    package = source / "iopoll"
+    built = package / f"_speedups{sysconfig.get_config_var('EXT_SUFFIX')}"
+    command = [
+        compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror",
+        f"-I{sysconfig.get_paths()['include']}", "-DIOPOLL_WITH_LIBKQUEUE", f"-I{headers}",
+        str(package / "_speedups.c"), str(package / "_os_wait.c"), "-o", str(built),
+        str(library), f"-Wl,-rpath,{library.parent}",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return source
+
+
+@pytest.mark.slow
+def test_c_kevent_path_against_python_over_libkqueue(c_build_over_libkqueue: Path) -> None:
+    """kqueue_c_wait_cases.py and the one-backend cases of test_speedups_differential.py on
+    KQUEUE, with the C build: every case passes, or is one of libkqueue_session.py's strict
+    xfails for this run (a closed fd libkqueue cannot see; the pure path over the binding)."""
+    check = _run(
+        ["-c", "import iopoll._native, iopoll._speedups as c; "
+         "assert iopoll._native.ACCELERATED; print(c.__file__)"],
+        c_build_over_libkqueue,
+    )  # fmt: skip
+    assert check.stdout.startswith(str(c_build_over_libkqueue)), check.stdout + check.stderr
+    result = _run(
+        [
+            "-m", "pytest", "-p", "libkqueue_session", "-p", "no:cacheprovider", "-q",
+            "kqueue_c_wait_cases.py", "test_speedups_differential.py",
+        ],
+        c_build_over_libkqueue,
+        IOPOLL_TEST_FAST_BACKEND="KQUEUE",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    counts = _counts(result.stdout)
+    assert counts.get("xfailed", 0) == 23, result.stdout[-3000:]
+    assert "skipped" not in counts, result.stdout[-3000:]
+    assert counts.get("passed", 0) >= 180, result.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_conformance_suite_with_the_c_kevent_path(c_build_over_libkqueue: Path) -> None:
+    """The whole conformance suite on KQUEUE with the C build: as on the Python path."""
+    result = _run(
+        [
+            "-m", "iopoll_conformance", "kqueue_over_libkqueue", "--backend", "KQUEUE",
+            "--strict-extras", "-p", "libkqueue_session", "-q", "-p", "no:cacheprovider",
+        ],
+        c_build_over_libkqueue,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    counts = _counts(result.stdout)
+    assert counts.get("xfailed", 0) == 6, result.stdout[-3000:]
+    assert counts.get("passed", 0) >= 190, result.stdout[-3000:]
 
 
 # -- CPython's selector tests through IoPollSelector(Backend.KQUEUE) ---------------------

@@ -63,6 +63,13 @@ from iopoll_conformance.process import in_child
 ACCELERATED = iopoll._native.ACCELERATED
 EPOLL_AVAILABLE = Backend.EPOLL.is_available()
 needs_epoll = pytest.mark.skipif(not EPOLL_AVAILABLE, reason="needs EPOLL")
+# The backend on which the cases below written for one backend hold the C fast path to the
+# Python one: EPOLL, or the one IOPOLL_TEST_FAST_BACKEND names (KQUEUE, in the test build of
+# the C code over libkqueue that tests/test_kqueue_libkqueue.py runs these cases on).
+FAST_BACKEND = Backend[os.environ.get("IOPOLL_TEST_FAST_BACKEND", "EPOLL")]
+needs_fast_backend = pytest.mark.skipif(
+    not FAST_BACKEND.is_available(), reason=f"needs {FAST_BACKEND.name}"
+)
 needs_speedups_in_use = pytest.mark.skipif(
     not ACCELERATED, reason="no C fast path: iopoll runs pure Python here"
 )
@@ -223,6 +230,9 @@ class DifferentialMachine(RuleBasedStateMachine):
         lambda: iopoll.Context(Backend.EPOLL),
         lambda: pure_iopoll.Context(Backend.EPOLL),
     )
+    # Whether the two contexts report their ready watchers in the same order (two epoll
+    # objects do); if not, each wait's result is compared as a set.
+    ORDERED: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -480,13 +490,17 @@ class DifferentialMachine(RuleBasedStateMachine):
         guard = fz.hang_guard(5.0) if form in BLOCKING else contextlib.nullcontext()
         with guard:
             outcomes = self.both(form.replace("k", str(k)), lambda side: call(side.ctx, k))
+        in_order = list if self.ORDERED else sorted
         views: list[Any] = [
-            ("raised", type(o.error)) if o.raised else [side.label(w) for w in o.result]
+            ("raised", type(o.error)) if o.raised else in_order(side.label(w) for w in o.result)
             for side, o in zip(self.sides, outcomes, strict=True)
         ]
         assert views[0] == views[1], f"{form}: C {views[0]}, pure {views[1]}"
         if not outcomes[0].raised:
-            triggered = [[int(w.triggered_events) for w in o.result] for o in outcomes]
+            triggered = [
+                in_order((side.label(w), int(w.triggered_events)) for w in o.result)
+                for side, o in zip(self.sides, outcomes, strict=True)
+            ]
             assert triggered[0] == triggered[1], f"{form}: triggered_events differ"
             for label in views[0]:
                 entry = self.entries[label]
@@ -582,7 +596,7 @@ def _one_shot(module: ModuleType, fast_wait: Wait, make: MakePair) -> list[Any]:
     a, b = make()
     c, _ = make()
     transcript: list[Any] = []
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         once = ctx.add(b, READ | ONESHOT, "once")
         always = ctx.add(c, WRITE, "always")  # a plain report next to it on every wait
         a.send(b"x")
@@ -603,7 +617,7 @@ def _one_shot(module: ModuleType, fast_wait: Wait, make: MakePair) -> list[Any]:
     return transcript
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 @pytest.mark.parametrize("module", MODULES)
 def test_a_one_shot_is_reported_once_and_again_when_re_armed(
@@ -612,7 +626,7 @@ def test_a_one_shot_is_reported_once_and_again_when_re_armed(
     _one_shot(module, fast_wait, pairs)
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 def test_one_shot_transcripts_agree(fast_wait: Wait, pairs: MakePair) -> None:
     _both_agree(lambda module: _one_shot(module, fast_wait, pairs))
@@ -631,7 +645,7 @@ def _leftovers(module: ModuleType, events: Event, fast_wait: Wait, make: MakePai
     context_type = _counting(module)
     calls: list[str] = context_type.calls
     transcript: list[Any] = []
-    with context_type(Backend.EPOLL) as ctx:
+    with context_type(FAST_BACKEND) as ctx:
         readers = []
         for i in range(3):
             a, b = make()
@@ -668,7 +682,7 @@ def _leftovers(module: ModuleType, events: Event, fast_wait: Wait, make: MakePai
     return transcript
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 @pytest.mark.parametrize("events", LEFTOVER_EVENTS)
 @pytest.mark.parametrize("module", MODULES)
@@ -678,7 +692,7 @@ def test_leftovers_keep_the_fast_path_off_until_merged(
     _leftovers(module, events, fast_wait, pairs)
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("events", LEFTOVER_EVENTS)
 def test_leftover_transcripts_agree(events: Event, pairs: MakePair) -> None:
     _both_agree(lambda module: _leftovers(module, events, lambda ctx: ctx.wait(0.0), pairs))
@@ -700,7 +714,7 @@ def _closed_kept(
     c, _ = make()
     d, e = make()
     transcript: list[Any] = []
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         gone = ctx.add(b, events, "gone")
         stays = ctx.add(c, WRITE, "stays")
         later = ctx.add(e, READ, "later")
@@ -729,7 +743,7 @@ def _closed_kept(
     return transcript
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("fast_wait", FAST_WAITS)
 @pytest.mark.parametrize("events", CLOSED_EVENTS)
 @pytest.mark.parametrize("module", MODULES)
@@ -739,7 +753,7 @@ def test_a_stream_closed_behind_a_dup_is_never_reported(
     _closed_kept(module, events, fast_wait, pairs, keepers)
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("events", CLOSED_EVENTS)
 def test_closed_stream_transcripts_agree(
     events: Event, pairs: MakePair, keepers: list[int]
@@ -855,7 +869,7 @@ UNTIL_DATA: list[Any] = [
 
 
 @needs_sigalrm
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize(("blocking_wait", "timer"), UNTIL_DATA)
 @pytest.mark.parametrize("module", MODULES)
 def test_eintr_with_a_handler_that_returns_waits_on_for_data(
@@ -876,7 +890,7 @@ def test_eintr_with_a_handler_that_returns_waits_on_for_data(
         sent.append(time.monotonic())
         a.send(b"x")
 
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         reader = ctx.add(b, READ, "reader")
         if timer:
             _with_long_timer(ctx)
@@ -911,7 +925,7 @@ UNTIL_TIMEOUT: list[Any] = [
 
 
 @needs_sigalrm
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize(("timed_wait", "timer"), UNTIL_TIMEOUT)
 @pytest.mark.parametrize("module", MODULES)
 def test_eintr_with_a_handler_that_returns_waits_out_the_timeout(
@@ -925,7 +939,7 @@ def test_eintr_with_a_handler_that_returns_waits_out_the_timeout(
     # before them (over 5 s), while one that waits for what is left ends at 0.2 s; the bound
     # below sits between the two with room for a loaded machine.
     interrupts = Interrupts(limit=250)
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         ctx.add(b, READ, "idle")
         if timer:
             _with_long_timer(ctx)
@@ -955,7 +969,7 @@ UNTIL_RAISED = UNTIL_DATA  # the same blocking waits, ended by the handler's exc
 
 
 @needs_sigalrm
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("error", [FromTheHandler, TimeoutError], ids=["Exception", "OSError"])
 @pytest.mark.parametrize(("blocking_wait", "timer"), UNTIL_RAISED)
 @pytest.mark.parametrize("module", MODULES)
@@ -979,7 +993,7 @@ def test_eintr_with_a_handler_that_raises(
             peer.send(b"x")
         raise error("from the handler")
 
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         level = ctx.add(made[0][1], READ, "level")
         edge = ctx.add(made[1][1], READ | EDGE, "edge")
         once = ctx.add(made[2][1], READ | ONESHOT, "once")
@@ -1003,27 +1017,34 @@ def test_eintr_with_a_handler_that_raises(
         assert ctx.wait(0.0) == [level]
 
 
+def _os_object_fd(ctx: Ctx) -> int:
+    """The fd of the OS object ``ctx`` waits on (its epoll or kqueue fd)."""
+    kqueue_fd = ctx._usable.native_kqueue
+    return ctx._usable.native_fd if kqueue_fd is None else kqueue_fd
+
+
 def _close_and_reopen_in_handler(module: ModuleType, make: MakePair) -> tuple[bool, bool]:
     _, b = make()
     c, d = make()
-    ctx = module.Context(Backend.EPOLL)
+    ctx = module.Context(FAST_BACKEND)
     ctx.add(b, READ, "idle")  # nothing ready: wait() blocks
     others: list[Ctx] = []
-    number = ctx._native_fd
+    number = _os_object_fd(ctx)
+    assert number >= 0
 
     def handler(signum: int, frame: FrameType | None) -> None:
         ctx.close()
-        # The new epoll object takes the number ctx's had (the lowest free one, once any
+        # The new OS object takes the number ctx's had (the lowest free one, once any
         # lower free numbers are held for a moment).
         held = []
-        while (fd := os.open(os.devnull, os.O_RDONLY)) != number:
+        while (fd := os.open(os.devnull, os.O_RDONLY)) < number:
             held.append(fd)
         os.close(fd)
-        other = module.Context(Backend.EPOLL)
+        other = module.Context(FAST_BACKEND)
         for fd in held:
             os.close(fd)
         others.append(other)
-        assert other._native_fd == number
+        assert _os_object_fd(other) == number
         other.add(d, READ | ONESHOT, "other's one-shot")
         c.send(b"x")  # a report due to ``other``, and only to it
 
@@ -1053,7 +1074,7 @@ CLOSING_MODULES = [
 
 
 @needs_sigalrm
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize("module", CLOSING_MODULES)
 def test_eintr_with_a_handler_that_closes_the_context_and_opens_another(
     module: ModuleType, pairs: MakePair
@@ -1071,7 +1092,7 @@ def _raising_fileno(module: ModuleType, error: type[Exception], make: MakePair) 
     a, _ = make()
     c, _ = make()
     transcript: list[Any] = []
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         # fileno() answers add(), then raises ``error`` when the fast path probes it.
         flaky = ctx.add(fz.ScriptedHandle([a.fileno(), error]), WRITE, "flaky")
         ctx.add(c, WRITE, "plain")
@@ -1084,7 +1105,7 @@ def _raising_fileno(module: ModuleType, error: type[Exception], make: MakePair) 
     return transcript
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.parametrize(
     "error",
     [
@@ -1111,7 +1132,7 @@ MANY = 320  # watchers: their reports go to the Context's _native_buffer, not th
 
 def _many(module: ModuleType, backend: Backend, make: MakePair) -> list[Any]:
     kinds = [WRITE, READ, READ | ONESHOT]
-    if backend is Backend.EPOLL:
+    if backend.supports_edge_triggering():
         kinds.append(READ | EDGE)
     transcript: list[Any] = []
     with module.Context(backend) as ctx:
@@ -1149,6 +1170,8 @@ def _many(module: ModuleType, backend: Backend, make: MakePair) -> list[Any]:
 NATIVE_BACKENDS = [
     pytest.param(Backend.EPOLL, marks=needs_epoll, id="EPOLL"),
     pytest.param(Backend.POLL, id="POLL"),
+    # Where KQUEUE runs: on BSD and macOS, and over libkqueue (tests/libkqueue_session.py).
+    *([pytest.param(Backend.KQUEUE, id="KQUEUE")] if Backend.KQUEUE.is_available() else []),
 ]
 
 
@@ -1178,8 +1201,9 @@ class _NestingHandle(fz.SocketHandle):
 def _nested(module: ModuleType, backend: Backend, make: MakePair) -> list[Any]:
     # The nested call's reports must differ from the outer one's at the places the outer
     # one has yet to read: on EPOLL the writers are edge-triggered, so that the nested call
-    # reports the nesting watcher and the readers alone; on POLL, which reports in the
-    # order of registration, the readers come first.
+    # reports the nesting watcher and the readers alone (modify_events() makes a new edge);
+    # elsewhere they are level, and the readers come in among them (POLL reports in the
+    # order of registration, KQUEUE in the order the fds became ready).
     edge = backend is Backend.EPOLL
     with module.Context(backend) as ctx:
         readers, peers = [], []
@@ -1325,7 +1349,7 @@ def _expected_in_child(name: str) -> list[str]:
     return [error, ErrorCode.PERMISSION.name]
 
 
-@needs_epoll
+@needs_fast_backend
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("timer", [False, True], ids=["plain", "timer"])
 @pytest.mark.parametrize("module", MODULES)
@@ -1337,7 +1361,7 @@ def test_a_forked_child_is_refused_with_permission(
     touch the parent's epoll object; the child leaves with os._exit (``in_child``)."""
     a, _ = pairs()
     other, _ = pairs()
-    with module.Context(Backend.EPOLL) as ctx:
+    with module.Context(FAST_BACKEND) as ctx:
         writer = ctx.add(a, WRITE, "writer")
         if timer:
             _with_long_timer(ctx)

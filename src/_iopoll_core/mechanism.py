@@ -46,6 +46,9 @@ class Mechanism:
     # An array of ``struct pollfd`` holding every registration, on which the C fast path
     # may call poll(2) itself (POLL); None for the others.
     native_pollfds: bytearray | None = None
+    # KQUEUE: the fd of the kqueue on which the C fast path may call kevent(2) itself (read
+    # on every wait, -1 while it may not); None for the other mechanisms.
+    native_kqueue: int | None = None
 
     def register(self, fd: int, events: int) -> None:
         """Start watching ``fd`` for ``events`` (``Event`` bits, modes included)."""

@@ -41,6 +41,16 @@ True).  The translation functions take and return plain ints so that they can be
 unit-tested on platforms without ``select.kqueue``; the constants fall back to their BSD
 values there.  ``select.kqueue`` and ``select.kevent`` are looked up when a mechanism is
 made, not at import.
+
+iopoll's C fast path calls ``kevent(2)`` itself on the kqueue's fd (``native_kqueue``) and
+turns the plain kevents into reports in C: a read or write filter that is ready, with
+neither ``EV_EOF`` nor ``EV_ERROR``, for a watcher that asked for it, merged per fd.  Every
+rule above is about the other kevents, and a batch holding one of those is handed back,
+whole, to ``translate_kevents``, the same translation ``poll`` runs.  ``native_kqueue`` is
+-1 while the C path may not wait at all: while a ``READ_HANGUP``-only watcher's end of file
+is reported without asking the OS (``_at_eof``), and for a kqueue object that is not
+``select.kqueue`` unless it says it may (``raw_wait_fd()``, which the test binding over
+libkqueue offers while it emulates nothing).
 """
 
 from __future__ import annotations
@@ -71,6 +81,9 @@ __all__ = [
 
 # Typed loosely: the type checker may run on a platform whose select module lacks kqueue.
 _select: Any = select
+# select's own kqueue type, whose fd the C fast path may wait on (None where there is none:
+# a look-alike installed later, such as the test binding, is asked with raw_wait_fd()).
+_NATIVE_KQUEUE: Any = getattr(select, "kqueue", None)
 
 FILTER_READ = getattr(select, "KQ_FILTER_READ", -1)
 FILTER_WRITE = getattr(select, "KQ_FILTER_WRITE", -2)
@@ -203,6 +216,10 @@ class KqueueMechanism(Mechanism):
         ]
     )
 
+    # The kqueue's fd while the C fast path may call kevent(2) on it itself, else -1 (the
+    # module docstring says when); kept by _sync_native, read by the C path on every wait.
+    native_kqueue: int
+
     def __init__(self) -> None:
         self._kqueue = _select.kqueue()
         self._kevent = _select.kevent
@@ -211,6 +228,19 @@ class KqueueMechanism(Mechanism):
         # READ_HANGUP-only level watchers whose read side reported end of file -> its bits.
         self._at_eof: dict[int, int] = {}
         self._prober: Any = None  # a second kqueue, made on first use by _writing_over
+        self._sync_native()
+
+    def _sync_native(self) -> None:
+        """Set ``native_kqueue`` from what it depends on: ``_at_eof``, the kqueue being open,
+        and, for a kqueue object that is not ``select.kqueue``, its ``raw_wait_fd()``."""
+        kqueue = self._kqueue
+        if self._at_eof or kqueue.closed:
+            self.native_kqueue = -1
+        elif _NATIVE_KQUEUE is not None and type(kqueue) is _NATIVE_KQUEUE:
+            self.native_kqueue = kqueue.fileno()
+        else:
+            raw_wait_fd = getattr(kqueue, "raw_wait_fd", None)
+            self.native_kqueue = -1 if raw_wait_fd is None else raw_wait_fd()
 
     def _apply(self, fd: int, events: int) -> None:
         old = self._registered.get(fd, 0)
@@ -223,6 +253,7 @@ class KqueueMechanism(Mechanism):
             self._registered.pop(fd, None)
         if fd in self._at_eof and not _level_read_hangup_only(events):
             del self._at_eof[fd]
+        self._sync_native()
 
     def register(self, fd: int, events: int) -> None:
         try:
@@ -243,7 +274,8 @@ class KqueueMechanism(Mechanism):
         except OSError:  # ENOENT (macOS) or EBADF (FreeBSD): already gone
             pass
         self._registered.pop(fd, None)
-        self._at_eof.pop(fd, None)
+        if self._at_eof.pop(fd, None) is not None:
+            self._sync_native()
         return True
 
     def disarm(self, fd: int) -> None:
@@ -270,11 +302,22 @@ class KqueueMechanism(Mechanism):
         if self._at_eof:
             timeout = 0.0  # some are ready without asking the OS
         kevents = self._kqueue.control(None, max(batch, 1), None if timeout < 0 else timeout)
-        merged = merge_kevents(
-            [(k.ident, k.filter, k.flags, k.fflags, k.data) for k in kevents], self._kinds
+        reports = self.translate_kevents(
+            [(k.ident, k.filter, k.flags, k.fflags, k.data) for k in kevents]
         )
-        for fd, bits in self._at_eof.items():
+        return reports, bool(kevents)
+
+    def translate_kevents(
+        self, kevents: list[tuple[int, int, int, int, int]]
+    ) -> list[tuple[int, int]]:
+        """The ``(fd, Event bits)`` reports, one per fd, of one ``kevent()`` call's
+        ``(ident, filter, flags, fflags, data)`` tuples (see the module docstring).  iopoll's
+        C fast path calls it with a batch that holds more than plain reports."""
+        merged = merge_kevents(kevents, self._kinds)
+        at_eof = self._at_eof
+        for fd, bits in at_eof.items():
             merged[fd] = merged.get(fd, 0) | bits
+        had_eof = bool(at_eof)
         reports = []
         for fd, bits in merged.items():
             watched = self._registered.get(fd)
@@ -290,11 +333,13 @@ class KqueueMechanism(Mechanism):
                 ):
                     bits |= _HANGUP
                 if _level_read_hangup_only(watched):
-                    self._at_eof[fd] = bits & ~_HANGUP  # level: reported from now on
+                    at_eof[fd] = bits & ~_HANGUP  # level: reported from now on
             bits = report(bits, watched)
             if bits:
                 reports.append((fd, bits))
-        return reports, bool(kevents)
+        if bool(at_eof) != had_eof:
+            self._sync_native()
+        return reports
 
     def _writing_over(self, fd: int) -> bool:
         """Whether writing on socket ``fd`` is over too (a hang-up, not a half-close).
@@ -319,5 +364,6 @@ class KqueueMechanism(Mechanism):
 
     def close(self) -> None:
         self._kqueue.close()
+        self.native_kqueue = -1
         if self._prober is not None:
             self._prober.close()

@@ -264,6 +264,21 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
     }
     Py_DECREF(pollfds);
 #endif
+#ifdef IOPOLL_HAVE_KQUEUE
+    PyObject *mechanism = get_slot(self, slots.usable);
+    if (mechanism == NULL) {
+        goto finally;
+    }
+    long kq = mechanism == Py_None ? -1 : native_kqueue_of(mechanism);
+    if (kq >= 0) {
+        result = kqueue_fast_wait(self, mechanism, (int)kq, PyDict_GET_SIZE(watchers), seconds,
+                                  wait_value, &started, cut, held);
+    }
+    Py_DECREF(mechanism);
+    if (kq != -1) {
+        goto finally; /* waited, or an error (-2) */
+    }
+#endif
 #ifndef IOPOLL_HAVE_NATIVE
     (void)held; /* only the OS waits fill it: here the result is always a list */
 #endif
@@ -418,6 +433,33 @@ static PyMemberDef data_def[] = {
     {NULL},
 };
 
+/* Event.READ's and Event.WRITE's values, which the KQUEUE path reports (_os_wait.c). */
+static int
+event_bits(Slots *found)
+{
+    PyObject *events = PyImport_ImportModule("_iopoll_core.events");
+    PyObject *event = events == NULL ? NULL : PyObject_GetAttrString(events, "Event");
+    Py_XDECREF(events);
+    if (event == NULL) {
+        return -1;
+    }
+    unsigned long values[2];
+    const char *names[2] = {"READ", "WRITE"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *member = PyObject_GetAttrString(event, names[i]);
+        values[i] = member == NULL ? (unsigned long)-1 : PyLong_AsUnsignedLong(member);
+        Py_XDECREF(member);
+        if (values[i] == (unsigned long)-1 && PyErr_Occurred()) {
+            Py_DECREF(event);
+            return -1;
+        }
+    }
+    Py_DECREF(event);
+    found->read_bit = (unsigned int)values[0];
+    found->write_bit = (unsigned int)values[1];
+    return 0;
+}
+
 static PyObject *
 install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -444,10 +486,15 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.native_buffer = member_of(context_type, "_native_buffer"))
         || !(found.by_fd = member_of(context_type, "_by_fd"))
         || !(found.first_timer = member_of(context_type, "_first_timer"))
+        || !(found.usable = member_of(context_type, "_usable"))
         || !(found.plain = member_of(watcher_type, "_plain"))
+        || !(found.events = member_of(watcher_type, "_events"))
         || !(found.probe = member_of(watcher_type, "_probe"))
         || !(found.triggered = member_of(watcher_type, "_triggered"))
         || !(found.data = member_of(watcher_type, "_data"))) {
+        goto error;
+    }
+    if (event_bits(&found) < 0) {
         goto error;
     }
     PyObject *time_module = PyImport_ImportModule("time");
@@ -461,7 +508,11 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.zero = PyFloat_FromDouble(0.0))
         || !(found.str_wait = PyUnicode_InternFromString("_wait"))
         || !(found.str_poll_failed = PyUnicode_InternFromString("_poll_failed"))
-        || !(found.str_finish_wait = PyUnicode_InternFromString("_finish_wait"))) {
+        || !(found.str_finish_wait = PyUnicode_InternFromString("_finish_wait"))
+        || !(found.str_native_kqueue = PyUnicode_InternFromString("native_kqueue"))
+        || !(found.str_translate_kevents = PyUnicode_InternFromString("translate_kevents"))
+        || !(found.str_kqueue = PyUnicode_InternFromString("_kqueue"))
+        || !(found.str_closed = PyUnicode_InternFromString("closed"))) {
         goto error;
     }
     slots = found;
@@ -482,6 +533,10 @@ error:
     Py_XDECREF(found.str_wait);
     Py_XDECREF(found.str_poll_failed);
     Py_XDECREF(found.str_finish_wait);
+    Py_XDECREF(found.str_native_kqueue);
+    Py_XDECREF(found.str_translate_kevents);
+    Py_XDECREF(found.str_kqueue);
+    Py_XDECREF(found.str_closed);
     return NULL;
 }
 

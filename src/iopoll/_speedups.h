@@ -21,7 +21,17 @@
 #include <time.h> /* clock_gettime */
 #define IOPOLL_HAVE_POLL 1
 #endif
-#if defined(IOPOLL_HAVE_EPOLL) || defined(IOPOLL_HAVE_POLL)
+/* kqueue: BSD and macOS; on Linux only in the test build over libkqueue, which defines
+ * IOPOLL_WITH_LIBKQUEUE and puts libkqueue's <sys/event.h> on the include path
+ * (tests/test_kqueue_libkqueue.py). */
+#if defined(__APPLE__) || defined(__FreeBSD__) || defined(__NetBSD__) || defined(__OpenBSD__) \
+    || defined(__DragonFly__) || defined(IOPOLL_WITH_LIBKQUEUE)
+#include <sys/types.h>
+#include <sys/event.h>
+#include <sys/time.h>
+#define IOPOLL_HAVE_KQUEUE 1
+#endif
+#if defined(IOPOLL_HAVE_EPOLL) || defined(IOPOLL_HAVE_POLL) || defined(IOPOLL_HAVE_KQUEUE)
 #define IOPOLL_HAVE_NATIVE 1
 #endif
 
@@ -32,12 +42,14 @@ typedef struct {
     PyTypeObject *watcher_type;
     PyMemberDef *fast_poll, *watchers, *decode, *decode_low, *max_timeout; /* Context */
     PyMemberDef *native_fd, *native_pollfds, *native_buffer;        /* Context */
-    PyMemberDef *by_fd, *first_timer;                               /* Context */
-    PyMemberDef *plain, *probe, *triggered, *data;              /* Watcher */
+    PyMemberDef *by_fd, *first_timer, *usable;                      /* Context */
+    PyMemberDef *plain, *probe, *triggered, *data, *events;     /* Watcher */
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
     PyObject *zero;                                             /* 0.0 */
     PyObject *str_wait, *str_poll_failed, *str_finish_wait;
+    PyObject *str_native_kqueue, *str_translate_kevents, *str_kqueue, *str_closed;
+    unsigned int read_bit, write_bit;                           /* Event.READ, Event.WRITE */
 } Slots;
 
 /* One set per process, made by the one install() call (_speedups.c): there is one
@@ -71,6 +83,12 @@ PyObject *epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object,
 #ifdef IOPOLL_HAVE_POLL
 PyObject *poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj,
                          double seconds, PyObject **started, int cut, Held *held);
+#endif
+#ifdef IOPOLL_HAVE_KQUEUE
+long native_kqueue_of(PyObject *mechanism);
+PyObject *kqueue_fast_wait(PyObject *self, PyObject *mechanism, int kq, Py_ssize_t nwatchers,
+                           PyObject *seconds_obj, double seconds, PyObject **started, int cut,
+                           Held *held);
 #endif
 
 #endif /* IOPOLL_SPEEDUPS_H */
