@@ -24,6 +24,10 @@ path.  Two parts:
   code's stack array (and a wait nested in a probe while its array is in use), and a
   forked child.  The two differences between C and Python these
   found (both fixed) are noted at their tests.
+
+The cases written for one backend run on ``FAST_BACKEND``: EPOLL, or the backend
+``IOPOLL_TEST_FAST_BACKEND`` names; ``tests/test_kqueue_libkqueue.py`` runs them on KQUEUE
+with the C code built over libkqueue.
 """
 
 from __future__ import annotations
