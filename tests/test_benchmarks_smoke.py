@@ -67,7 +67,10 @@ def test_roundtrip_module_prints_every_column_and_row() -> None:
     assert rows[0][1].endswith("(1.00x)")
     titles = header[1:]
     for title, cell in zip(titles, rows[1][1:], strict=True):
-        if title in ("select.select", "select + FIONREAD", "iopoll SELECT", "polyfill"):
+        if title in (
+            "select.select", "select + FIONREAD", "select + Python floor", "iopoll SELECT",
+            "polyfill",
+        ):  # fmt: skip
             assert cell == "n/a (FD_SETSIZE)"
         else:
             assert "/s (" in cell, (title, cell)
@@ -79,8 +82,9 @@ def test_roundtrip_module_prints_every_column_and_row() -> None:
     assert len(targets) == (5 if language == "C" else 3), targets
     assert "SKIP" in targets[-2]  # flatness needs N=0 and N=10,000
     floor = [line for line in output.splitlines() if line.startswith("floor: ")]
-    assert len(floor) == 2, floor
+    assert len(floor) == 3, floor
     assert "x bare epoll at N=" in floor[0] and "x bare select at N=0" in floor[1], floor
+    assert "x select + FIONREAD at N=0" in floor[2], floor
 
 
 def test_roundtrip_script_runs_from_the_repo_root() -> None:
