@@ -250,6 +250,45 @@ def test_a_blocking_wait_lets_other_threads_run(module: Any, backend: iopoll.Bac
     assert during > asleep / 3, (during, asleep)
 
 
+@pytest.mark.parametrize("module", [iopoll, pure_iopoll], ids=["iopoll", "pure_iopoll"])
+def test_a_thread_grows_the_poll_set_while_a_wait_blocks(module: Any) -> None:
+    """The C wait on POLL polls the mechanism's struct pollfd array itself only while it
+    holds the GIL; a call that blocks polls a copy.  Another thread that registers 300
+    sockets meanwhile grows the array (the bytearray moves) under the blocked call: the
+    call still ends on the watched socket's data, and the next wait sees the new sockets
+    once they have some, as on the pure path (the sanitizers' run holds it to touching no
+    freed memory)."""
+    import threading
+
+    if not iopoll.Backend.POLL.is_available():
+        pytest.skip("no POLL here")
+    a, b = socket.socketpair()
+    pairs = [socket.socketpair() for _ in range(300)]
+    with module.Context(iopoll.Backend.POLL) as ctx:
+
+        def grow() -> None:
+            time.sleep(0.05)  # the wait below is blocked by now
+            for _, other in pairs:
+                ctx.add(other, Event.READ, "new")  # nothing to read: never in the first wait
+            a.send(b"x")
+
+        ctx.add(b, Event.READ, "watched")
+        thread = threading.Thread(target=grow)
+        thread.start()
+        try:
+            first = [w.data for w in ctx.wait(5)]
+        finally:
+            thread.join()
+        for peer, _ in pairs:
+            peer.send(b"y")
+        second = sorted(w.data for w in ctx.wait(0))
+    for one, other in [(a, b), *pairs]:
+        one.close()
+        other.close()
+    assert first == ["watched"]
+    assert second == ["new"] * 300 + ["watched"]
+
+
 @needs_speedups
 @pytest.mark.parametrize(
     "backend", [b for b in (iopoll.Backend.EPOLL, iopoll.Backend.POLL) if b.is_available()]

@@ -202,16 +202,20 @@ typedef int (*Recheck)(void *call);
 /* wait_retrying()'s answer when the Recheck said 0. */
 #define WAIT_HANDED_BACK (-2)
 
+/* Called once, with the GIL, before the first call without it: 0, or -1 with an error. */
+typedef int (*Prepare)(void *call);
+
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
  * `os_object` (the select.epoll object, or NULL) is asked after the handlers whether one of
  * them closed it, as CPython's own retry finds (EBADF): its fd number may be another file's
  * by then; `recheck`, if given, after that (WAIT_HANDED_BACK when it says 0).  Before it
- * blocks, it sets *started, if NULL, to time.monotonic() (see wait_with()). */
+ * blocks, it sets *started, if NULL, to time.monotonic() (see wait_with()), and calls
+ * `prepare`, if given. */
 static int
 wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
-              Recheck recheck, PyObject **started)
+              Recheck recheck, Prepare prepare, PyObject **started)
 {
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
     double deadline = 0.0; /* read when the wait first blocks (`blocked`) */
@@ -237,7 +241,7 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
                 /* The clock, once: before the first blocking call, whether the
                  * non-blocking one found nothing or was interrupted (EINTR). */
                 blocked = 1;
-                if (read_started(started) < 0) {
+                if (read_started(started) < 0 || (prepare != NULL && prepare(call) < 0)) {
                     return -1;
                 }
                 deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;
@@ -428,7 +432,7 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
         }
         call.events = (struct epoll_event *)PyByteArray_AS_STRING(buffer);
     }
-    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object, NULL, started);
+    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object, NULL, NULL, started);
     if (count >= 0) {
         /* The reports are written over the events, in order: a Report is no larger than
          * an epoll_event, so reports[i] never reaches events[i], which is read first. */
@@ -451,8 +455,12 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
 #ifdef IOPOLL_HAVE_POLL
 
 typedef struct {
-    struct pollfd *fds;
+    PyObject *self;
+    PyObject *pollfds;         /* the mechanism's struct pollfd array (a bytearray) */
+    struct pollfd *fds;        /* what the calls poll: that array's bytes, then a copy */
     nfds_t size;
+    struct pollfd *stack;      /* room for a copy of up to STACK_REPORTS entries */
+    PyObject *buffer;          /* the Context's _native_buffer, when the copy needs it */
 } PollCall;
 
 static int
@@ -462,31 +470,63 @@ poll_call(void *call, int timeout)
     return poll(c->fds, c->size, timeout);
 }
 
-/* wait()'s fast path on POLL: poll(2) on a copy of the mechanism's struct pollfd array
- * (`pollfds`, a bytearray).  A copy, as CPython's poll object polls its own array: a signal
- * handler run between retries, or another thread, may change the poll set meanwhile. */
+/* A Prepare: from the first call without the GIL on, the calls poll a copy of the array,
+ * which another thread or a signal handler may change meanwhile (CPython's poll object
+ * polls an array of its own for that reason).  The array is read again here: handlers may
+ * have run since the first call.  With the buffer, room for a report per entry after the
+ * copy. */
+static int
+poll_prepare(void *call)
+{
+    PollCall *c = call;
+    size_t size = (size_t)PyByteArray_GET_SIZE(c->pollfds) / sizeof(struct pollfd);
+    struct pollfd *copy = c->stack;
+    if (size > STACK_REPORTS) {
+        c->buffer = take_buffer(
+            c->self, (Py_ssize_t)(size * (sizeof(struct pollfd) + sizeof(Report))));
+        if (c->buffer == NULL) {
+            return -1;
+        }
+        copy = (struct pollfd *)PyByteArray_AS_STRING(c->buffer);
+    }
+    memcpy(copy, PyByteArray_AS_STRING(c->pollfds), size * sizeof(struct pollfd));
+    c->fds = copy;
+    c->size = (nfds_t)size;
+    return 0;
+}
+
+/* wait()'s fast path on POLL: poll(2) on the mechanism's struct pollfd array (`pollfds`, a
+ * bytearray).  The first call, which does not block and holds the GIL, polls the array
+ * itself: nothing can change it meanwhile, and poll(2) only writes each entry's revents,
+ * which nothing else reads.  So the usual call of an event loop, with something ready,
+ * copies nothing; a call that blocks polls a copy (poll_prepare). */
 PyObject *
 poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double seconds,
                PyObject **started, int cut, Held *held)
 {
     struct pollfd stack_fds[STACK_REPORTS];
     Report stack_reports[STACK_REPORTS];
-    Report *reports = stack_reports;
-    size_t size = (size_t)PyByteArray_GET_SIZE(pollfds) / sizeof(struct pollfd);
-    PollCall call = {stack_fds, (nfds_t)size};
-    PyObject *buffer = NULL, *result = NULL;
-    if (size > STACK_REPORTS) {
-        /* The copy of the array, then room for a report per entry. */
-        buffer = take_buffer(self, (Py_ssize_t)(size * (sizeof(struct pollfd) + sizeof(Report))));
-        if (buffer == NULL) {
-            return NULL;
-        }
-        call.fds = (struct pollfd *)PyByteArray_AS_STRING(buffer);
-        reports = (Report *)(call.fds + size);
-    }
-    memcpy(call.fds, PyByteArray_AS_STRING(pollfds), size * sizeof(struct pollfd));
-    int count = wait_retrying(self, poll_call, &call, seconds, NULL, NULL, started);
+    PollCall call = {
+        self, pollfds, (struct pollfd *)PyByteArray_AS_STRING(pollfds),
+        (nfds_t)((size_t)PyByteArray_GET_SIZE(pollfds) / sizeof(struct pollfd)), stack_fds, NULL,
+    };
+    PyObject *result = NULL, *reports_buffer = NULL;
+    int count = wait_retrying(self, poll_call, &call, seconds, NULL, NULL, poll_prepare, started);
     if (count >= 0) {
+        Report *reports = stack_reports;
+        if (call.buffer != NULL) {
+            reports = (Report *)(call.fds + call.size);
+        }
+        else if (count > STACK_REPORTS) {
+            /* Polled in place: the array's bytes stay put, since this runs no Python code. */
+            reports_buffer = take_buffer(self, (Py_ssize_t)count * (Py_ssize_t)sizeof(Report));
+            if (reports_buffer == NULL) {
+                count = -1;
+            }
+            else {
+                reports = (Report *)PyByteArray_AS_STRING(reports_buffer);
+            }
+        }
         int found = 0;
         for (nfds_t i = 0; i < call.size && found < count; i++) {
             if (call.fds[i].revents) { /* in the array's order: the poll object's (_poll.py) */
@@ -495,10 +535,15 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
                 found++;
             }
         }
-        result = deliver(self, reports, found, seconds_obj, started, cut, held);
+        if (count >= 0) {
+            result = deliver(self, reports, found, seconds_obj, started, cut, held);
+        }
     }
-    if (buffer != NULL) {
-        put_buffer(self, buffer);
+    if (reports_buffer != NULL) {
+        put_buffer(self, reports_buffer);
+    }
+    if (call.buffer != NULL) {
+        put_buffer(self, call.buffer);
     }
     return result;
 }
@@ -796,7 +841,8 @@ kqueue_fast_wait(PyObject *self, PyObject *mechanism, int kq, Py_ssize_t nwatche
         call.events = (struct kevent *)PyByteArray_AS_STRING(buffer);
         reports = (Report *)(call.events + call.size);
     }
-    int count = wait_retrying(self, kqueue_call, &call, seconds, NULL, kqueue_recheck, started);
+    int count = wait_retrying(self, kqueue_call, &call, seconds, NULL, kqueue_recheck, NULL,
+                              started);
     if (count == WAIT_HANDED_BACK) {
         PyObject *none = PyList_New(0);
         if (none != NULL) {

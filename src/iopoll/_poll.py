@@ -7,7 +7,9 @@ Regular files and ``/dev/null`` are accepted and always ready.
 
 The registrations are kept twice: in CPython's ``select.poll`` object, which the pure-Python
 path polls, and as an array of ``struct pollfd`` (``native_pollfds``), on which iopoll's C
-fast path calls poll(2) itself.  The array keeps the poll object's order (CPython's is its
+fast path calls poll(2) itself (on the array in place while it holds the GIL, so poll(2)
+writes the entries' ``revents``, which nothing here reads; on a copy for a call that
+blocks).  The array keeps the poll object's order (CPython's is its
 dict's: insertion order, a re-registered fd going last, a modified one staying put), so
 both paths see the reports in the same order.  An unregistered fd's entry becomes -1, which
 poll() skips, and the array is compacted once such holes make up half of it.
@@ -64,7 +66,7 @@ class PollMechanism(Mechanism):
         ]
     )
 
-    native_pollfds: bytearray  # the C fast path's copy of the poll set (module docstring)
+    native_pollfds: bytearray  # the poll set the C fast path polls (module docstring)
     _entries: dict[int, int]  # fd -> the index of its entry in native_pollfds
     _holes: int  # entries of unregistered fds
 
