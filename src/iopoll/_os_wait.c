@@ -2,7 +2,8 @@
  * whole): epoll_wait(2) and poll(2) called directly, with the GIL released only when they
  * block; PEP 475's retry; and each report handed to its watcher, once the watcher's
  * fileno() probe says its stream is still the fd's, with its decoded events set.  A report
- * that needs care goes back, with all the others, to the Context's _finish_wait. */
+ * that needs care goes back, with all the others, to the Context's _finish_wait.  The
+ * kqueue wait (_kqueue_wait.c) uses the same retry, buffer and delivery. */
 
 #include "_speedups.h"
 
@@ -130,19 +131,13 @@ read_started(PyObject **started)
 
 #ifdef IOPOLL_HAVE_NATIVE
 
-/* One report of the OS, whichever call made it. */
-typedef struct {
-    int fd;
-    unsigned int bits;
-} Report;
-
 /* At least `size` bytes for one OS wait's reports, when they may not fit on the stack: the
  * Context's _native_buffer (a bytearray the Python side owns), taken out of its slot for
  * the call so that a wait() nested in a probe finds None there and makes its own.  A new
  * reference, or NULL with an error; put_buffer() gives it back.  One array grown as the
  * watchers grow, instead of a malloc and a free per call (at 1,000 watchers, 12 KiB: the
  * allocator's slow path, and more than the rest of the call). */
-static PyObject *
+PyObject *
 take_buffer(PyObject *self, Py_ssize_t size)
 {
     PyObject *buffer = get_slot(self, slots.native_buffer);
@@ -166,7 +161,7 @@ take_buffer(PyObject *self, Py_ssize_t size)
 }
 
 /* take_buffer()'s array back into the Context's slot; steals the reference. */
-static void
+void
 put_buffer(PyObject *self, PyObject *buffer)
 {
     set_slot(self, slots.native_buffer, buffer);
@@ -190,21 +185,6 @@ milliseconds(double seconds)
     return ms > (double)INT_MAX ? INT_MAX : (int)ms;
 }
 
-/* One OS wait of `timeout` ms (-1: forever), called without the GIL: its count, or -1 with
- * errno set. */
-typedef int (*OsWait)(void *call, int timeout);
-
-/* Asked after the signal handlers of an EINTR ran, for a wait whose OS object the Context
- * may have changed meanwhile: 1 wait on; 0 hand the rest of the wait to the Python path
- * (WAIT_HANDED_BACK); -1 error (set). */
-typedef int (*Recheck)(void *call);
-
-/* wait_retrying()'s answer when the Recheck said 0. */
-#define WAIT_HANDED_BACK (-2)
-
-/* Called once, with the GIL, before the first call without it: 0, or -1 with an error. */
-typedef int (*Prepare)(void *call);
-
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
@@ -213,7 +193,7 @@ typedef int (*Prepare)(void *call);
  * by then; `recheck`, if given, after that (WAIT_HANDED_BACK when it says 0).  Before it
  * blocks, it sets *started, if NULL, to time.monotonic() (see wait_with()), and calls
  * `prepare`, if given. */
-static int
+int
 wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
               Recheck recheck, Prepare prepare, PyObject **started)
 {
@@ -293,7 +273,7 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
 
 /* self._finish_wait(raw, seconds_obj, started): what the Python path makes of `raw`, the
  * (fd, Event or OS bits) reports, going on with the wait if none is ready. */
-static PyObject *
+PyObject *
 finish_wait(PyObject *self, PyObject *raw, PyObject *seconds_obj, PyObject **started)
 {
     if (read_started(started) < 0) {
@@ -307,7 +287,7 @@ finish_wait(PyObject *self, PyObject *raw, PyObject *seconds_obj, PyObject **sta
  * one needs care (or none came and `cut` says a timer's deadline cut the wait short of
  * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs.  No more
  * than `held` holds go there, and the result is None. */
-static PyObject *
+PyObject *
 deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
         PyObject **started, int cut, Held *held)
 {
@@ -549,320 +529,3 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
 }
 
 #endif /* IOPOLL_HAVE_POLL */
-
-#ifdef IOPOLL_HAVE_KQUEUE
-
-/* -- kqueue --------------------------------------------------------------------------------
- *
- * kevent(2) on the mechanism's kqueue (KqueueMechanism.native_kqueue), and the plain kevents
- * made into reports here: a read or a write filter that is ready, with neither EV_EOF nor
- * EV_ERROR, for a watcher that asked for it, the two filters of one fd merged into one
- * report, in the order the fds first came.  Every other kevent means something that
- * depends on the kind of file or on the mechanism's state (_kqueue.py's docstring), so a
- * batch holding one goes, whole, to the mechanism's translate_kevents(), and its reports to
- * _finish_wait. */
-
-/* kevents that fit on the stack (8 KiB); more get the Context's _native_buffer. */
-#define STACK_KEVENTS 256
-/* Up to this many reports, an fd's earlier one is looked for from the end; beyond, in a
- * hash table. */
-#define LINEAR_MERGE 32
-
-typedef struct {
-    PyObject *self;      /* the Context */
-    PyObject *mechanism; /* its KqueueMechanism, asked again after signal handlers ran */
-    int kq;
-    struct kevent *events;
-    int size;
-} KqueueCall;
-
-static int
-kqueue_call(void *call, int timeout)
-{
-    KqueueCall *c = call;
-    struct timespec spec = {timeout / 1000, (long)(timeout % 1000) * 1000000L};
-    errno = 0;
-    int count = kevent(c->kq, NULL, 0, c->events, c->size, timeout < 0 ? NULL : &spec);
-    if (count < 0 && errno == 0) {
-        errno = EINVAL; /* libkqueue can fail without setting errno (the tests' build) */
-    }
-    return count;
-}
-
-/* mechanism.native_kqueue: the kqueue's fd, -1 when the C path may not wait on it (or the
- * mechanism is no KqueueMechanism: None), -2 with an error set. */
-long
-native_kqueue_of(PyObject *mechanism)
-{
-    PyObject *value = PyObject_GetAttr(mechanism, slots.str_native_kqueue);
-    if (value == NULL) {
-        return -2;
-    }
-    long fd = -1;
-    if (PyLong_CheckExact(value)) {
-        fd = PyLong_AsLong(value);
-        if (fd == -1 && PyErr_Occurred()) {
-            fd = -2;
-        }
-        else if (fd < -1 || fd > INT_MAX) {
-            fd = -1;
-        }
-    }
-    Py_DECREF(value);
-    return fd;
-}
-
-/* A Recheck: whether the kqueue is still the one to wait on after the signal handlers ran.
- * A handler that closed the context gets what a kevent() on a closed kqueue gets (EBADF,
- * through _poll_failed), as the Python path does; one that changed what the C path may do
- * hands the wait back to Python. */
-static int
-kqueue_recheck(void *call)
-{
-    KqueueCall *c = call;
-    long fd = native_kqueue_of(c->mechanism);
-    if (fd == -2) {
-        return -1;
-    }
-    if (fd == c->kq) {
-        return 1;
-    }
-    PyObject *kqueue = PyObject_GetAttr(c->mechanism, slots.str_kqueue);
-    PyObject *closed = kqueue == NULL ? NULL : PyObject_GetAttr(kqueue, slots.str_closed);
-    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
-    Py_XDECREF(closed);
-    Py_XDECREF(kqueue);
-    if (is_closed > 0) {
-        errno = EBADF;
-        PyErr_SetFromErrno(PyExc_OSError);
-        poll_failed(c->self);
-        return -1;
-    }
-    return is_closed < 0 ? -1 : 0;
-}
-
-/* The index of the report of `fd` among `reports[0..found)`, or -1; `table` (NULL below
- * LINEAR_MERGE reports) maps fds to indexes + 1, `mask` + 1 entries, open addressing. */
-static int
-report_of(const Report *reports, int found, int fd, int *table, size_t mask)
-{
-    if (table == NULL) {
-        for (int j = found - 1; j >= 0; j--) {
-            if (reports[j].fd == fd) {
-                return j;
-            }
-        }
-        return -1;
-    }
-    for (size_t at = (size_t)fd & mask;; at = (at + 1) & mask) {
-        int entry = table[at];
-        if (entry == 0) {
-            return -1;
-        }
-        if (reports[entry - 1].fd == fd) {
-            return entry - 1;
-        }
-    }
-}
-
-static void
-remember_report(int *table, size_t mask, int fd, int index)
-{
-    size_t at = (size_t)fd & mask;
-    while (table[at] != 0) {
-        at = (at + 1) & mask;
-    }
-    table[at] = index + 1;
-}
-
-/* Whether the watcher the Context keeps under `fd` asked for every bit of `bits` (1), or
- * the report is translate_kevents()' work: no such watcher, or one that would be reported
- * less than that (a READ_HANGUP-only watcher's bytes) (0); -1 error. */
-static int
-asked_for(PyObject *by_fd, int fd, unsigned int bits)
-{
-    if (fd >= PyList_GET_SIZE(by_fd)) {
-        return 0;
-    }
-    PyObject *watcher = PyList_GET_ITEM(by_fd, fd);
-    if (!PyObject_TypeCheck(watcher, slots.watcher_type)) {
-        return 0; /* None: no watcher */
-    }
-    PyObject *events = peek(watcher, slots.events);
-    if (events == NULL) {
-        return -1;
-    }
-    long watched = PyLong_AsLong(events); /* an Event: an int */
-    if (watched == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    return (bits & ~(unsigned long)watched) == 0;
-}
-
-/* `count` kevents made into `reports` (room for `count`): how many, or -2 when one of them
- * is not plain (the batch is translate_kevents()' work), or -1 with an error set. */
-static int
-plain_reports(PyObject *self, const struct kevent *events, int count, Report *reports)
-{
-    int table_stack[4 * LINEAR_MERGE];
-    int *table = NULL;
-    size_t mask = 0;
-    int found = 0, result = -1;
-    PyObject *by_fd = get_slot(self, slots.by_fd);
-    if (by_fd == NULL) {
-        return -1;
-    }
-    if (!PyList_CheckExact(by_fd)) {
-        result = -2;
-        goto finally;
-    }
-    for (int i = 0; i < count; i++) {
-        const struct kevent *event = &events[i];
-        unsigned int bit;
-        if (event->flags & (EV_EOF | EV_ERROR) || event->ident > (uintptr_t)INT_MAX) {
-            result = -2;
-            goto finally;
-        }
-        if (event->filter == EVFILT_READ) {
-            bit = slots.read_bit;
-        }
-        else if (event->filter == EVFILT_WRITE) {
-            bit = slots.write_bit;
-        }
-        else {
-            result = -2;
-            goto finally;
-        }
-        int fd = (int)event->ident;
-        if (found == LINEAR_MERGE && table == NULL) {
-            /* Many reports: a table of at least twice the kevents from here on. */
-            size_t slots_needed = 1;
-            while (slots_needed < 2 * (size_t)count) {
-                slots_needed <<= 1;
-            }
-            table = slots_needed <= sizeof(table_stack) / sizeof(int)
-                        ? table_stack
-                        : PyMem_Calloc(slots_needed, sizeof(int));
-            if (table == NULL) {
-                PyErr_NoMemory();
-                goto finally;
-            }
-            if (table == table_stack) {
-                memset(table_stack, 0, slots_needed * sizeof(int));
-            }
-            mask = slots_needed - 1;
-            for (int j = 0; j < found; j++) {
-                remember_report(table, mask, reports[j].fd, j);
-            }
-        }
-        int j = report_of(reports, found, fd, table, mask);
-        if (j >= 0) {
-            reports[j].bits |= bit; /* the fd's other filter */
-            continue;
-        }
-        reports[found].fd = fd;
-        reports[found].bits = bit;
-        if (table != NULL) {
-            remember_report(table, mask, fd, found);
-        }
-        found++;
-    }
-    for (int j = 0; j < found; j++) {
-        int asked = asked_for(by_fd, reports[j].fd, reports[j].bits);
-        if (asked <= 0) {
-            result = asked < 0 ? -1 : -2;
-            goto finally;
-        }
-    }
-    result = found;
-
-finally:
-    if (table != NULL && table != table_stack) {
-        PyMem_Free(table);
-    }
-    Py_DECREF(by_fd);
-    return result;
-}
-
-/* What the Python path makes of `count` kevents: mechanism.translate_kevents() of their
- * (ident, filter, flags, fflags, data), then _finish_wait. */
-static PyObject *
-translated(PyObject *self, PyObject *mechanism, const struct kevent *events, int count,
-           PyObject *seconds_obj, PyObject **started)
-{
-    PyObject *kevents = PyList_New(count);
-    if (kevents == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < count; i++) {
-        const struct kevent *event = &events[i];
-        PyObject *item = Py_BuildValue(
-            "(NNNNN)", PyLong_FromSize_t((size_t)event->ident),
-            PyLong_FromLong((long)event->filter),
-            PyLong_FromUnsignedLong((unsigned long)event->flags),
-            PyLong_FromUnsignedLong((unsigned long)event->fflags),
-            PyLong_FromLongLong((long long)event->data));
-        if (item == NULL) {
-            Py_DECREF(kevents);
-            return NULL;
-        }
-        PyList_SET_ITEM(kevents, i, item);
-    }
-    PyObject *raw = PyObject_CallMethodOneArg(mechanism, slots.str_translate_kevents, kevents);
-    Py_DECREF(kevents);
-    if (raw == NULL) {
-        return NULL;
-    }
-    PyObject *result = finish_wait(self, raw, seconds_obj, started);
-    Py_DECREF(raw);
-    return result;
-}
-
-/* wait()'s fast path on KQUEUE: kevent(2) on the mechanism's kqueue `kq`, with room for both
- * filters of every watcher. */
-PyObject *
-kqueue_fast_wait(PyObject *self, PyObject *mechanism, int kq, Py_ssize_t nwatchers,
-                 PyObject *seconds_obj, double seconds, PyObject **started, int cut,
-                 Held *held)
-{
-    struct kevent stack_events[STACK_KEVENTS];
-    Report stack_reports[STACK_KEVENTS];
-    Report *reports = stack_reports;
-    Py_ssize_t size = nwatchers > INT_MAX / 2 ? INT_MAX : 2 * nwatchers;
-    KqueueCall call = {self, mechanism, kq, stack_events, size < 1 ? 1 : (int)size};
-    PyObject *buffer = NULL, *result = NULL;
-    if (call.size > STACK_KEVENTS) {
-        /* The kevents, then room for a report per kevent. */
-        buffer = take_buffer(
-            self, (Py_ssize_t)call.size * (Py_ssize_t)(sizeof(struct kevent) + sizeof(Report)));
-        if (buffer == NULL) {
-            return NULL;
-        }
-        call.events = (struct kevent *)PyByteArray_AS_STRING(buffer);
-        reports = (Report *)(call.events + call.size);
-    }
-    int count = wait_retrying(self, kqueue_call, &call, seconds, NULL, kqueue_recheck, NULL,
-                              started);
-    if (count == WAIT_HANDED_BACK) {
-        PyObject *none = PyList_New(0);
-        if (none != NULL) {
-            result = finish_wait(self, none, seconds_obj, started);
-            Py_DECREF(none);
-        }
-    }
-    else if (count >= 0) {
-        int found = plain_reports(self, call.events, count, reports);
-        if (found >= 0) {
-            result = deliver(self, reports, found, seconds_obj, started, cut, held);
-        }
-        else if (found == -2) {
-            result = translated(self, mechanism, call.events, count, seconds_obj, started);
-        }
-    }
-    if (buffer != NULL) {
-        put_buffer(self, buffer);
-    }
-    return result;
-}
-
-#endif /* IOPOLL_HAVE_KQUEUE */

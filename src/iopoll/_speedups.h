@@ -69,8 +69,42 @@ typedef struct {
     Py_ssize_t count;
 } Held;
 
+#ifdef IOPOLL_HAVE_NATIVE
+/* One report of the OS, whichever call made it. */
+typedef struct {
+    int fd;
+    unsigned int bits;
+} Report;
+
+/* One OS wait of `timeout` ms (-1: forever), called without the GIL: its count, or -1 with
+ * errno set. */
+typedef int (*OsWait)(void *call, int timeout);
+
+/* Asked after the signal handlers of an EINTR ran, for a wait whose OS object the Context
+ * may have changed meanwhile: 1 wait on; 0 hand the rest of the wait to the Python path
+ * (WAIT_HANDED_BACK); -1 error (set). */
+typedef int (*Recheck)(void *call);
+
+/* wait_retrying()'s answer when the Recheck said 0. */
+#define WAIT_HANDED_BACK (-2)
+
+/* Called once, with the GIL, before the first call without it: 0, or -1 with an error. */
+typedef int (*Prepare)(void *call);
+
+/* _os_wait.c, for every OS wait: the Context's report buffer taken and put back, PEP 475's
+ * retry, the reports delivered to their watchers, and _finish_wait. */
+PyObject *take_buffer(PyObject *self, Py_ssize_t size);
+void put_buffer(PyObject *self, PyObject *buffer);
+int wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
+                  Recheck recheck, Prepare prepare, PyObject **started);
+PyObject *finish_wait(PyObject *self, PyObject *raw, PyObject *seconds_obj, PyObject **started);
+PyObject *deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
+                  PyObject **started, int cut, Held *held);
+#endif
+
 /* _os_wait.c: a report's watcher still open, and its report decoded into it; the error
- * that ends a wait whose poll failed; the clock read once; and the OS waits. */
+ * that ends a wait whose poll failed; the clock read once; and the OS waits
+ * (_kqueue_wait.c: kevent's). */
 int still_open(PyObject *watcher, long fd);
 int set_triggered(PyObject *watcher, unsigned long bits, PyObject *low, PyObject *decode);
 void poll_failed(PyObject *self);
