@@ -6,13 +6,16 @@
  * builds a list of (fd, bits) tuples that the loop then looks up in a dict, this calls
  * epoll_wait(2) itself on the Context's epoll fd (_native_fd), with the GIL released, into
  * an array on the stack, and finds each report's watcher in the Context's fd-indexed list
- * (_by_fd): no tuple, no hash per report.  EINTR is PEP 475's: the signal handlers run, an
- * exception from one leaves wait() as it is, and otherwise the wait goes on for the time
- * that is left.  Everything that is not that path goes back to the Context's Python methods:
+ * (_by_fd): no tuple, no hash per report.  It does the same with poll(2) on POLL's struct
+ * pollfd array (_native_pollfds) and with kevent(2) on KQUEUE's kqueue (the mechanism's
+ * native_kqueue).  EINTR is PEP 475's: the signal handlers run, an exception from one
+ * leaves wait() as it is, and otherwise the wait goes on for the time that is left.
+ * Everything that is not that path goes back to the Context's Python methods:
  *
  *   self._wait(timeout, microseconds, max_events)   any other form of wait()
  *   self._poll_failed(exc)                          the mechanism's poll raised OSError
  *   self._finish_wait(raw, seconds, started)        a report needs care (_collect)
+ *   mechanism.translate_kevents(kevents)            a kevent that is not plain (KQUEUE)
  *
  * so that no bookkeeping lives here.  install(context_type, watcher_type) puts this wait() on
  * context_type and a C getter for `data` (read by every event loop for every report) on
@@ -433,7 +436,7 @@ static PyMemberDef data_def[] = {
     {NULL},
 };
 
-/* Event.READ's and Event.WRITE's values, which the KQUEUE path reports (_os_wait.c). */
+/* Event.READ's and Event.WRITE's values, which the KQUEUE path reports (_kqueue_wait.c). */
 static int
 event_bits(Slots *found)
 {
