@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_http [--duration 3] [--rounds 3] [--connections 200]
                                     [--workers N] [--servers NAME ...] [--plot DIR] [--check]
+    python -m benchmarks.bench_http --idle 700   # and 700 connections that send nothing
 
 Workerman's table, for Python: a keep-alive HTTP/1.1 responder that answers every request
 with "Hello, World!", loaded by ``wrk -t2 -c200`` on loopback, one server process and then
@@ -40,6 +41,7 @@ wrk comes from the system's packages (Debian/Ubuntu: ``apt install wrk``; macOS:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -49,11 +51,16 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import callgrind, plotting
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 from benchmarks.bench_aio import FIXED_MALLOC
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,12 +245,31 @@ def wrk(
     return float(rate.group(1)), int(count.group(1)), "; ".join(errors)
 
 
+@contextlib.contextmanager
+def idle_connections(port: int, count: int) -> Iterator[None]:
+    """``count`` connections to the server on ``port`` that send nothing, held open: what a
+    server's poller carries beside wrk's busy connections.  select() looks at every one of
+    them on every wait; epoll and kqueue only at the ready ones."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            held.append(socket.create_connection(("127.0.0.1", port)))
+        if held:
+            time.sleep(0.2)  # accepted by now, and watched for reading
+        yield
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def load(
-    running: Running, seconds: float, connections: int, threads: int, cpus: set[int] | None
+    running: Running, seconds: float, connections: int, threads: int, cpus: set[int] | None,
+    idle: int = 0,
 ) -> Load:
-    before = cpu_seconds(running.pids)
-    rate, requests, errors = wrk(running.port, seconds, connections, threads, cpus)
-    after = cpu_seconds(running.pids)
+    with idle_connections(running.port, idle):
+        before = cpu_seconds(running.pids)
+        rate, requests, errors = wrk(running.port, seconds, connections, threads, cpus)
+        after = cpu_seconds(running.pids)
     cpu = None if before is None or after is None or not requests else (
         (after - before) / requests * 1e6)
     return Load(rate, requests, cpu, errors)
@@ -285,7 +311,7 @@ class Results:
 
 def run(
     servers: Sequence[Server], processes: Sequence[int], rounds: int, duration: float,
-    connections: int, threads: int, pin: bool = True, progress: bool = True,
+    connections: int, threads: int, pin: bool = True, progress: bool = True, idle: int = 0,
 ) -> Results:
     results = Results(list(processes), connections)
     usable = []
@@ -305,7 +331,7 @@ def run(
             for r in range(rounds):
                 k = r % len(started)
                 for running in started[k:] + started[:k]:
-                    measured = load(running, duration, connections, threads, wrk_cpus)
+                    measured = load(running, duration, connections, threads, wrk_cpus, idle)
                     results.rounds.setdefault((running.server.name, count), []).append(measured)
                     if progress:
                         cpu = f"{measured.cpu_us:.1f} us/req" if measured.cpu_us else "no CPU"
@@ -478,6 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="loads per cell (3)")
     parser.add_argument("--connections", type=int, default=200, help="wrk -c (200)")
     parser.add_argument("--threads", type=int, default=2, help="wrk -t (2)")
+    parser.add_argument("--idle", type=int, default=0,
+                        help="connections held open without requests during each load (0); "
+                             "the SELECT row fails past FD_SETSIZE (1024 fds)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes of the N-process column (default: the core count)")
     parser.add_argument("--servers", nargs="+", choices=list(BY_NAME), metavar="NAME",
@@ -492,6 +521,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.duration < 1 or args.rounds < 1 or args.workers < 1 or args.connections < 1:
         parser.error("--duration, --rounds, --workers and --connections must be at least 1")
+    if args.idle < 0:
+        parser.error("--idle must be 0 or more")
+    if args.idle and resource is not None:  # the benchmark holds them: an fd each
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = args.idle + 64
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            if hard != resource.RLIM_INFINITY and hard < wanted:
+                parser.error(f"--idle {args.idle} needs {wanted} fds; the hard limit is {hard}")
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     if shutil.which("wrk") is None:
         raise SystemExit("bench_http needs wrk: apt install wrk (Debian, Ubuntu), "
                          "brew install wrk (macOS)")
@@ -501,8 +539,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import iopoll.loop._iopoll_driver as loop_driver
 
     language = "C" if loop_driver.ACCELERATED else "pure Python"
-    title = (f"Python {sys.version.split()[0]}, wrk -t{args.threads} -c{args.connections}, "
-             f"{args.duration:g} s x {args.rounds} rounds; iopoll.loop dispatch in {language}")
+    idle = f" + {args.idle} idle connections" if args.idle else ""
+    title = (f"Python {sys.version.split()[0]}, wrk -t{args.threads} -c{args.connections}"
+             f"{idle}, {args.duration:g} s x {args.rounds} rounds; iopoll.loop dispatch in "
+             f"{language}")
     if args.instructions:
         if shutil.which("callgrind_control") is None:
             raise SystemExit("--instructions needs valgrind: apt install valgrind")
@@ -514,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             servers))
         return 0
     results = run(servers, processes, args.rounds, args.duration, args.connections,
-                  args.threads, pin=not args.no_pin, progress=not args.quiet)
+                  args.threads, pin=not args.no_pin, progress=not args.quiet, idle=args.idle)
     print(title)
     print(format_table(results, servers))
     print(format_targets(results))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +38,11 @@ def test_bench_http_loads_each_server_and_prints_the_table_and_plots(tmp_path: P
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench_http", "--duration", "1", "--rounds", "1",
          "--connections", "20", "--workers", "2", "--servers", "loop", "protocol-iopoll",
-         "--plot", str(tmp_path)],
+         "--idle", "3", "--plot", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )
     assert done.returncode == 0, done.stderr
+    assert "wrk -t2 -c20 + 3 idle connections," in done.stdout.splitlines()[0]
     rows = [line.strip("|").split("|") for line in done.stdout.splitlines()
             if line.startswith("| ")]
     assert [cell.strip() for cell in rows[0]] == [
@@ -128,3 +130,19 @@ def test_cpu_seconds_reads_this_process_and_refuses_a_vanished_one() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert bench_http.cpu_seconds([child.pid]) is None
+
+
+def test_idle_connections_are_open_while_held_and_closed_after() -> None:
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as listener:
+        port = listener.getsockname()[1]
+        with bench_http.idle_connections(port, 4):
+            accepted = [listener.accept()[0] for _ in range(4)]
+            for conn in accepted:
+                conn.setblocking(False)
+                with pytest.raises(BlockingIOError):  # open, and nothing sent
+                    conn.recv(1)
+        for conn in accepted:
+            conn.setblocking(True)
+            conn.settimeout(5)
+            assert conn.recv(1) == b""  # closed by the peer
+            conn.close()
