@@ -134,10 +134,13 @@ def lines(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.2))  # 7 for the axes, the rest for the legend
     positions = range(len(xs))
-    for column, values in series.items():
+    # matplotlib's default cycle has ten colours: past ten lines, the marker tells them apart.
+    markers = "os^Dv"
+    for index, (column, values) in enumerate(series.items()):
         points = [(p, v) for p, v in zip(positions, values, strict=True) if v is not None]
         if points:
-            ax.plot([p for p, _ in points], [v for _, v in points], marker="o", label=column)
+            ax.plot([p for p, _ in points], [v for _, v in points], label=column,
+                    marker=markers[index // 10 % len(markers)])
     ax.set_xticks(list(positions))
     ax.set_xticklabels([f"{x:,}" for x in xs])
     ax.set_xlabel(xlabel)
