@@ -144,14 +144,17 @@ def _bare_select(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     return drain, lambda: None
 
 
+def _needs_fionread(sockets: Sequence[socket.socket]) -> str | None:
+    """Why the select() columns with FIONREAD cannot run here, or None."""
+    return _needs_fd_set(sockets) or ("n/a (no ioctl)" if fcntl is None else None)
+
+
 def _select_with_fionread(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     # The bare select loop plus the one FIONREAD per readable fd that SPEC 7's hang-up rule
     # needs (bytes waiting, or end of file?): the least any conforming polyfill can cost.
-    refusal = _needs_fd_set(sockets)
+    refusal = _needs_fionread(sockets)
     if refusal:
         return refusal
-    if fcntl is None:
-        return "n/a (no ioctl)"
     fds = [sock.fileno() for sock in sockets]
     by_fd = {sock.fileno(): sock for sock in sockets}
     wait = functools.partial(select.select, fds, (), ())
@@ -208,23 +211,15 @@ def _epoll_python_floor(sockets: Sequence[socket.socket]) -> tuple[Drain, Close]
                 ready.append(record)
             return ready
 
-    wait = Floor().wait
-
-    def drain(size: int) -> None:
-        for record in wait():
-            record.data.recv(size)
-
-    return drain, epoll.close
+    return _context_drain(Floor().wait), epoll.close
 
 
 def _select_python_floor(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
     # select() and its FIONREAD behind the same least per report as the epoll floor: the
     # least any pure-Python polyfill does per wait, which the polyfill is read against.
-    refusal = _needs_fd_set(sockets)
+    refusal = _needs_fionread(sockets)
     if refusal:
         return refusal
-    if fcntl is None:
-        return "n/a (no ioctl)"
     fds = [sock.fileno() for sock in sockets]
     records = {sock.fileno(): _Record(sock) for sock in sockets}
     ioctl, fionread = fcntl.ioctl, termios.FIONREAD
@@ -243,13 +238,7 @@ def _select_python_floor(sockets: Sequence[socket.socket]) -> tuple[Drain, Close
                 ready.append(record)
             return ready
 
-    wait = Floor().wait
-
-    def drain(size: int) -> None:
-        for record in wait():
-            record.data.recv(size)
-
-    return drain, lambda: None
+    return _context_drain(Floor().wait), lambda: None
 
 
 def _epoll_selector(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | str:
@@ -267,7 +256,9 @@ def _epoll_selector(sockets: Sequence[socket.socket]) -> tuple[Drain, Close] | s
     return drain, selector.close
 
 
-def _context_drain(wait: Callable[[], list[iopoll.Watcher]]) -> Drain:
+def _context_drain(wait: Callable[[], Sequence[iopoll.Watcher | _Record]]) -> Drain:
+    """Wait, then read from each reported watcher's (or floor record's) socket."""
+
     def drain(size: int) -> None:
         for watcher in wait():
             watcher.data.recv(size)
