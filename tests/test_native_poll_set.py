@@ -8,11 +8,14 @@ order.
 
 from __future__ import annotations
 
+import importlib
+import os
 import random
 import select
 import socket
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -67,3 +70,37 @@ def test_the_array_follows_the_poll_object(seed: int, sockets: list[socket.socke
     # Unregistering leaves holes, compacted before they outnumber the live entries.
     array_entries = len(mechanism.native_pollfds) // _POLLFD.size
     assert array_entries <= 2 * len(registered) + 17
+
+
+@pytest.mark.parametrize("module", ["iopoll", "pure_iopoll"])
+def test_holes_never_take_the_array_past_the_open_files_limit(module: str) -> None:
+    """poll(2) refuses more entries than RLIMIT_NOFILE (EINVAL), holes included.  With the
+    limit at 300, a nearly full poll set and churn (remove, close, open, add) once left holes
+    enough to push the C path's array past it: every wait() failed, while CPython's poll
+    object, which has no holes, went on.  The array now drops its holes before it would."""
+    import iopoll
+    from fd_limit import lowered_fd_limit
+
+    make = importlib.import_module(module).Context
+    limit = 300
+    held: dict[int, tuple[socket.socket, Any]] = {}
+    with lowered_fd_limit(limit), make(iopoll.Backend.POLL) as ctx:
+        try:
+            while len(os.listdir("/dev/fd")) < limit - 20:
+                sock = socket.socket()
+                held[sock.fileno()] = (sock, ctx.add(sock, iopoll.Event.WRITE, sock.fileno()))
+            fds = list(held)
+            for i in range(200):  # each round: one hole, and one new entry at the end
+                fd = fds[i % len(fds)]
+                sock, watcher = held.pop(fd)
+                watcher.remove()
+                sock.close()
+                sock = socket.socket()
+                held[sock.fileno()] = (sock, ctx.add(sock, iopoll.Event.WRITE, sock.fileno()))
+                fds[i % len(fds)] = sock.fileno()
+                entries = len(ctx._usable.native_pollfds) // _POLLFD.size
+                assert entries <= limit, (i, entries)
+            assert len(ctx.wait(0)) == len(held)  # every socket is writable
+        finally:
+            for sock, _ in held.values():
+                sock.close()

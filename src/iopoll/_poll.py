@@ -12,11 +12,14 @@ writes the entries' ``revents``, which nothing here reads; on a copy for a call 
 blocks).  The array keeps the poll object's order (CPython's is its
 dict's: insertion order, a re-registered fd going last, a modified one staying put), so
 both paths see the reports in the same order.  An unregistered fd's entry becomes -1, which
-poll() skips, and the array is compacted once such holes make up half of it.
+poll() skips, and the array is compacted once such holes make up half of it, or before a
+new entry would take it past the open-files limit (poll(2) counts the holes too).
 """
 
 from __future__ import annotations
 
+import math
+import resource
 import select
 import struct
 import sys
@@ -34,6 +37,12 @@ _POLLFD = struct.Struct("ihh")
 _NO_FD = -1  # an entry poll() skips
 
 _POLLRDHUP = getattr(select, "POLLRDHUP", 0)  # Linux only
+
+
+def _open_files_limit() -> float:
+    """The soft RLIMIT_NOFILE, which poll(2)'s entry count may not pass (inf: no limit)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return math.inf if soft == resource.RLIM_INFINITY else soft
 
 # The poll() event mask for ``Event`` bits (POLLERR, POLLHUP and POLLNVAL are implied).
 poll_mask = flag_encoder(
@@ -82,6 +91,10 @@ class PollMechanism(Mechanism):
         self._poll_object.register(fd, mask)
         index = self._entries.get(fd)
         if index is None:  # a new fd goes last, as in the poll object's dict
+            if self._holes and len(self.native_pollfds) // _POLLFD.size >= _open_files_limit():
+                # poll(2) refuses more entries than RLIMIT_NOFILE (EINVAL), holes included:
+                # drop the holes first, which leaves room (every live entry is an open fd).
+                self._compact()
             self._entries[fd] = len(self.native_pollfds) // _POLLFD.size
             self.native_pollfds += _POLLFD.pack(fd, mask, 0)
         else:  # CPython's poll.register() replaces an entry in place: modify means that
