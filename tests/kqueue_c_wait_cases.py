@@ -153,6 +153,38 @@ def test_native_kqueue_says_when_the_c_path_may_wait(pairs: MakePair) -> None:
     a.close()
 
 
+@pytest.mark.parametrize("count", [10, 40], ids=["merged from the end", "merged in the table"])
+@pytest.mark.parametrize("module", [iopoll, pure_iopoll], ids=["iopoll", "pure_iopoll"])
+def test_reports_come_in_the_order_their_fds_first_came(
+    module: ModuleType, count: int, pairs: MakePair
+) -> None:
+    """One report per fd, at the place its first kevent came: over libkqueue, readiness
+    order (epoll's).  READ watchers made ready in reverse come back in reverse; READ|WRITE
+    ones, writable as soon as added, in the order they were added, each fd's later read
+    kevent merged into its report (below 32 reports C looks for it from the end, above in a
+    hash table)."""
+    with module.Context(Backend.KQUEUE) as ctx:
+        peers = []
+        for i in range(count):
+            peer, sock = pairs()
+            peers.append(peer)
+            ctx.add(sock, READ, i)
+        for peer in reversed(peers):
+            peer.send(b"x")
+        assert [w.data for w in ctx.wait(0)] == list(reversed(range(count)))
+    with module.Context(Backend.KQUEUE) as ctx:
+        peers = []
+        for i in range(count):
+            peer, sock = pairs()
+            peers.append(peer)
+            ctx.add(sock, READ | WRITE, i)
+        for peer in reversed(peers):
+            peer.send(b"x")
+        result = ctx.wait(0)
+        assert [w.data for w in result] == list(range(count))
+        assert {w.triggered_events for w in result} == {READ | WRITE}
+
+
 # -- C and Python agree -------------------------------------------------------------------
 
 

@@ -14,8 +14,9 @@
  * batch holding one goes, whole, to the mechanism's translate_kevents(), and its reports to
  * _finish_wait. */
 
-/* kevents that fit on the stack (8 KiB); more get the Context's _native_buffer. */
-#define STACK_KEVENTS 256
+/* kevents that fit in 8 KiB on the stack (256 where a struct kevent is 32 bytes, 128 on
+ * FreeBSD 12+, whose are 64); more get the Context's _native_buffer. */
+#define STACK_KEVENTS ((int)(8192 / sizeof(struct kevent)))
 /* Up to this many reports, an fd's earlier one is looked for from the end; beyond, in a
  * hash table. */
 #define LINEAR_MERGE 32
