@@ -513,31 +513,25 @@ def targets(results: Results, c_wait: bool | None = None) -> list[tuple[bool | N
 def floor_notes(results: Results) -> list[str]:
     """What the floor columns say, to read the 0.90x targets against."""
     notes = []
-    floor = _worst(results, EPOLL_PYTHON_FLOOR, BARE_EPOLL, results.ns)
-    ours = _worst(results, IOPOLL_EPOLL, EPOLL_PYTHON_FLOOR, results.ns)
-    if floor is not None and ours is not None:
-        notes.append(
-            f"floor: epoll + Python floor (the least a pure-Python Context does per wait) is "
-            f"{floor[0]:.2f}x bare epoll at N={floor[1]:,}; "
-            f"iopoll EPOLL is {ours[0]:.2f}x that floor at N={ours[1]:,}"
-        )
     small = [n for n in (0, 100) if n in results.ns]
-    floor = _worst(results, SELECT_FIONREAD, BARE_SELECT, small)
-    polyfill = _worst(results, POLYFILL, SELECT_FIONREAD, small)
-    if floor is not None and polyfill is not None:
-        notes.append(
-            f"floor: select + FIONREAD (no library, just the ioctl SPEC 7's hang-up rule "
-            f"needs) is {floor[0]:.2f}x bare select at N={floor[1]:,}; "
-            f"the polyfill is {polyfill[0]:.2f}x that floor at N={polyfill[1]:,}"
-        )
-    floor = _worst(results, SELECT_PYTHON_FLOOR, SELECT_FIONREAD, small)
-    polyfill = _worst(results, POLYFILL, SELECT_PYTHON_FLOOR, small)
-    if floor is not None and polyfill is not None:
-        notes.append(
-            f"floor: select + Python floor (the least a pure-Python polyfill does per wait) "
-            f"is {floor[0]:.2f}x select + FIONREAD at N={floor[1]:,}; "
-            f"the polyfill is {polyfill[0]:.2f}x that floor at N={polyfill[1]:,}"
-        )
+    # (floor column, what it is, its baseline, as named; the column read against it, as
+    # named; the Ns that count)
+    floors = [
+        (EPOLL_PYTHON_FLOOR, "the least a pure-Python Context does per wait",
+         BARE_EPOLL, "bare epoll", IOPOLL_EPOLL, "iopoll EPOLL", results.ns),
+        (SELECT_FIONREAD, "no library, just the ioctl SPEC 7's hang-up rule needs",
+         BARE_SELECT, "bare select", POLYFILL, "the polyfill", small),
+        (SELECT_PYTHON_FLOOR, "the least a pure-Python polyfill does per wait",
+         SELECT_FIONREAD, SELECT_FIONREAD, POLYFILL, "the polyfill", small),
+    ]  # fmt: skip
+    for title, what, baseline, baseline_name, column, column_name, ns in floors:
+        floor = _worst(results, title, baseline, ns)
+        ours = _worst(results, column, title, ns)
+        if floor is not None and ours is not None:
+            notes.append(
+                f"floor: {title} ({what}) is {floor[0]:.2f}x {baseline_name} at "
+                f"N={floor[1]:,}; {column_name} is {ours[0]:.2f}x that floor at N={ours[1]:,}"
+            )
     return notes
 
 
