@@ -41,11 +41,6 @@ XFAILS: dict[str, str] = {
 
 # test_speedups_differential.py's cases written for one backend, run on KQUEUE
 # (IOPOLL_TEST_FAST_BACKEND=KQUEUE, with the C build over libkqueue).
-_BINDING_RAISES = (
-    "the pure path's kevent() is the test binding's Python code, so an OSError from it looks "
-    "like a signal handler's own (PEP 475) and leaves wait() unwrapped; select.kqueue's C "
-    "control() is the backend, and is wrapped"
-)
 if os.environ.get("IOPOLL_TEST_FAST_BACKEND") == "KQUEUE":
     XFAILS.update(
         {
@@ -57,9 +52,6 @@ if os.environ.get("IOPOLL_TEST_FAST_BACKEND") == "KQUEUE":
     )
     XFAILS["test_closed_stream_transcripts_agree[level]"] = _CLOSE
     XFAILS["test_closed_stream_transcripts_agree[oneshot]"] = _CLOSE
-    XFAILS[
-        "test_eintr_with_a_handler_that_closes_the_context_and_opens_another[pure_iopoll]"
-    ] = _BINDING_RAISES
 
 _INSTALLED: list[libkqueue.Installation] = []
 

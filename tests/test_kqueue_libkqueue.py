@@ -333,7 +333,7 @@ def c_build_over_libkqueue(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_c_kevent_path_against_python_over_libkqueue(c_build_over_libkqueue: Path) -> None:
     """kqueue_c_wait_cases.py and the one-backend cases of test_speedups_differential.py on
     KQUEUE, with the C build: every case passes, or is one of libkqueue_session.py's strict
-    xfails for this run (a closed fd libkqueue cannot see; the pure path over the binding)."""
+    xfails for this run (a closed fd libkqueue cannot see)."""
     check = _run(
         ["-c", "import iopoll._native, iopoll._speedups as c; "
          "assert iopoll._native.ACCELERATED; print(c.__file__)"],
@@ -350,8 +350,10 @@ def test_c_kevent_path_against_python_over_libkqueue(c_build_over_libkqueue: Pat
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     counts = _counts(result.stdout)
-    assert counts.get("xfailed", 0) == 23, result.stdout[-3000:]
-    assert "skipped" not in counts, result.stdout[-3000:]
+    assert counts.get("xfailed", 0) == 22, result.stdout[-3000:]
+    # The one EPOLL-shaped case libkqueue cannot set up (a freed fd number reused), on both
+    # modules.
+    assert counts.get("skipped", 0) == 2, result.stdout[-3000:]
     assert counts.get("passed", 0) >= 180, result.stdout[-3000:]
 
 

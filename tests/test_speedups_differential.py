@@ -1086,6 +1086,11 @@ def test_eintr_with_a_handler_that_closes_the_context_and_opens_another(
     """A handler that closes the Context mid-wait and returns: the wait must end with a
     PollError, and must not wait on (and take reports from) whatever epoll object gets the
     freed fd number next."""
+    if FAST_BACKEND is Backend.KQUEUE:
+        # A new epoll object takes the lowest free fd; libkqueue's kqueue() opens fds of its
+        # own around the one it returns, so the freed number is not reliably the new one's.
+        pytest.skip("over libkqueue a new kqueue need not get the freed fd number; "
+                    "kqueue_c_wait_cases.py holds the close itself")
     assert _close_and_reopen_in_handler(module, pairs) == (True, True)
 
 
