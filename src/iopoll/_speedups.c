@@ -433,7 +433,7 @@ static PyMethodDef wait_def = {
  * costs a generic attribute lookup per read, and a loop reads it for every report. */
 static PyMemberDef data_def[] = {
     {"data", Py_T_OBJECT_EX, 0, Py_READONLY, "The user data given to ``add`` or ``modify``."},
-    {NULL},
+    {NULL, 0, 0, 0, NULL}, /* every field, for clang's -Wmissing-field-initializers */
 };
 
 /* Event.READ's and Event.WRITE's values, which the KQUEUE path reports (_kqueue_wait.c). */
