@@ -336,8 +336,15 @@ int loop_heap_push(PyObject *heap, PyObject *item);
 PyObject *loop_heap_pop(PyObject *heap);
 int loop_heap_first(PyObject *entry, PyObject *expiration, PyObject *seq);
 
-/* The methods install() puts on the driver classes: CallbackRegistry's (_registry.c), the
- * timers' queueing (_timers.c) and the run loop (_dispatch.c). */
+/* The methods install() puts on the driver classes: the registration (_schedule.c),
+ * CallbackRegistry's activation and upkeep (_registry.c), the timers' queueing (_timers.c)
+ * and the run loop (_dispatch.c). */
+PyObject *loop_defer(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames);
+PyObject *loop_delay(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames);
+PyObject *loop_repeat(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames);
 PyObject *loop_activate(PyObject *self, PyObject *callbacks);
 PyObject *loop_sweep_unindexed(PyObject *self, PyObject *ignored);
 PyObject *loop_tidy_unindexed(PyObject *self, PyObject *ignored);
