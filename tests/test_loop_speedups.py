@@ -597,6 +597,22 @@ def test_ids_carry_past_z(cls: type) -> Any:
 
 
 @both
+def test_the_id_prefix_moves_on_as_next_id_moves_it(cls: type) -> Any:
+    """_carry() from any prefix a driver can hold, and from ones only a caller can set:
+    C answers as next_id() does, or leaves it to the Python method (which raises)."""
+    seen: list[object] = []
+    for prefix in ["", "a", "y", "z", "az", "zy", "zz", "zzz", "bzz", "mzz", "A", "zA", "Az", "zAz",
+                   "é", "aé", "zé"]:
+        d = cls()
+        d._id_prefix = prefix
+        try:
+            seen.append((prefix, d._carry(), d._id_prefix, d.defer(lambda cid: None)))
+        except KeyError as exc:
+            seen.append((prefix, "KeyError", str(exc), d._id_prefix))
+    return seen
+
+
+@both
 def test_errors_chain_to_the_exception_being_handled(cls: type) -> Any:
     """A handler's failure carries the callback's error as its context, as an except block
     gives it, and ends run() as UncaughtError."""

@@ -428,7 +428,11 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
         if (clock == NULL) {
             return -1;
         }
-        if (put_new(callback, S.expiration, PyNumber_Add(clock, interval)) < 0) {
+        PyObject *expiration = PyFloat_CheckExact(clock) && PyFloat_CheckExact(interval)
+                                   ? PyFloat_FromDouble(PyFloat_AS_DOUBLE(clock)
+                                                        + PyFloat_AS_DOUBLE(interval))
+                                   : PyNumber_Add(clock, interval);
+        if (put_new(callback, S.expiration, expiration) < 0) {
             Py_DECREF(clock);
             return -1;
         }

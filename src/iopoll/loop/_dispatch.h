@@ -51,6 +51,8 @@ typedef struct {
     /* Their C functions (NULL: called through the descriptors; see c_method()). */
     PyCFunction deque_popleft_c, deque_append_c, deque_extend_c;
     PyObject *letters;       /* ("a", .., "z"): the last letter of an id */
+    PyObject *letters_a;     /* "a", the first id prefix */
+    PyObject *python_carry;  /* CallbackRegistry._carry, the Python function */
     PyObject *check_callback, *check_seconds, *superseded;
     PyObject *zero; /* 0.0 */
     PyObject *s_now, *s_poll, *s_carry, *s_activate, *s_activate_stream, *s_blocking_timeout;
@@ -345,6 +347,7 @@ PyObject *loop_delay(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                      PyObject *kwnames);
 PyObject *loop_repeat(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames);
+PyObject *loop_carry(PyObject *self, PyObject *ignored);
 PyObject *loop_activate(PyObject *self, PyObject *callbacks);
 PyObject *loop_sweep_unindexed(PyObject *self, PyObject *ignored);
 PyObject *loop_tidy_unindexed(PyObject *self, PyObject *ignored);

@@ -54,28 +54,32 @@ activate_one(PyObject *self, PyObject *callback, PyObject *const *lists, PyObjec
     return 0;
 }
 
+/* What activate_visit() needs: the driver, its timer lists and its seq counter. */
+typedef struct {
+    PyObject *self, *lists[3], *seq;
+} Activation;
+
+static int
+activate_visit(void *arg, PyObject *callback)
+{
+    Activation *a = arg;
+    return activate_one(a->self, callback, a->lists, a->seq);
+}
+
 PyObject *
 loop_activate(PyObject *self, PyObject *callbacks)
 {
-    PyObject *lists[3]; /* the heap and the FIFO's seqs and records */
-    PyObject *seq = peek(self, S.timer_seq);
-    if (loop_timer_lists(self, lists) < 0 || seq == NULL) {
+    Activation a = {self, {NULL, NULL, NULL}, peek(self, S.timer_seq)};
+    if (loop_timer_lists(self, a.lists) < 0 || a.seq == NULL) {
         return NULL;
     }
-    Py_INCREF(seq);
-    PyObject *iterator = PyObject_GetIter(callbacks);
-    PyObject *callback = NULL;
-    int failed = iterator == NULL;
-    while (!failed && (callback = PyIter_Next(iterator)) != NULL) {
-        failed = activate_one(self, callback, lists, seq) < 0;
-        Py_DECREF(callback);
-    }
-    failed = failed || PyErr_Occurred() != NULL;
-    Py_XDECREF(iterator);
+    Py_INCREF(a.seq);
+    /* `for callback in callbacks`, a list (the enable queue) by index. */
+    int failed = for_each(callbacks, activate_visit, &a) < 0;
     for (int i = 0; i < 3; i++) {
-        Py_DECREF(lists[i]);
+        Py_DECREF(a.lists[i]);
     }
-    Py_DECREF(seq);
+    Py_DECREF(a.seq);
     if (failed) {
         return NULL;
     }

@@ -54,6 +54,64 @@ parse_args(const char *method, PyObject *const *args, Py_ssize_t nargs, PyObject
     return 0;
 }
 
+/* The id prefix after `prefix` (next_id(), _callbacks.py), for an ASCII str: the last
+ * letter before "z" moves on, the "z"s after it (and any other character, which next_id()
+ * passes over as it does a "z") become "a"; all of them passed over: one letter more.
+ * NULL without an error for what next_id() alone answers (a character before the last
+ * run that it cannot move on: it raises there). */
+static PyObject *
+successor(PyObject *prefix)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(prefix);
+    const Py_UCS1 *text = PyUnicode_1BYTE_DATA(prefix);
+    Py_ssize_t keep = length - 1; /* the letters before the one that moves on */
+    if (!(text[keep] >= 'a' && text[keep] < 'z')) {
+        while (keep > 0 && text[keep - 1] == 'z') { /* next_id's rstrip("z") */
+            keep--;
+        }
+        if (keep > 0 && !(text[keep - 1] >= 'a' && text[keep - 1] < 'z')) {
+            return NULL;
+        }
+        keep = keep > 0 ? keep - 1 : -1; /* -1: every letter passed over */
+    }
+    Py_ssize_t size = keep < 0 ? length + 1 : length;
+    PyObject *next = PyUnicode_New(size, 127);
+    if (next != NULL) {
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(next);
+        if (keep >= 0) {
+            memcpy(out, text, (size_t)keep);
+            out[keep] = (Py_UCS1)(text[keep] + 1);
+        }
+        memset(out + keep + 1, 'a', (size_t)(size - keep - 1));
+    }
+    return next;
+}
+
+/* CallbackRegistry._carry: the next id prefix ("" -> "a" -> "b" ... "z" -> "aa"); 0. */
+PyObject *
+loop_carry(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *prefix = peek(self, S.id_prefix), *next = NULL;
+    if (prefix == NULL) {
+        return NULL;
+    }
+    if (PyUnicode_CheckExact(prefix) && PyUnicode_IS_COMPACT_ASCII(prefix)) {
+        if (PyUnicode_GET_LENGTH(prefix) == 0) {
+            next = Py_NewRef(S.letters_a);
+        }
+        else if ((next = successor(prefix)) == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (next == NULL) { /* anything else: the Python method decides */
+        return PyObject_CallOneArg(S.python_carry, self);
+    }
+    if (put_new(self, S.id_prefix, next) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(0);
+}
+
 /* The next id (CallbackRegistry._new_id): a new reference. */
 static PyObject *
 new_id(PyObject *self)
@@ -67,7 +125,7 @@ new_id(PyObject *self)
         return NULL;
     }
     if (index == 26) {
-        PyObject *carried = call0(self, S.s_carry);
+        PyObject *carried = own_method(self, S.s_carry, loop_carry, NULL);
         if (carried == NULL) {
             return NULL;
         }

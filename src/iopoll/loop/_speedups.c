@@ -68,6 +68,9 @@ static PyMethodDef driver_methods[] = {
     {"repeat", (PyCFunction)(void (*)(void))loop_repeat, METH_FASTCALL | METH_KEYWORDS,
      "repeat($self, /, interval, fn)\n--\n\nRun ``fn(id)`` every ``interval`` seconds; "
      "return the id." C_NOTE},
+    {"_carry", (PyCFunction)loop_carry, METH_NOARGS,
+     "Move the id prefix on (\"\" -> \"a\" ... \"z\" -> \"aa\"); return the next index, 0."
+     C_NOTE},
     {"_activate", (PyCFunction)loop_activate, METH_O,
      "Activate the records enabled since the last tick." C_NOTE},
     {"_enqueue_timers", (PyCFunction)loop_enqueue_timers, METH_NOARGS,
@@ -190,6 +193,11 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
             goto error;
         }
         PyTuple_SET_ITEM(found.letters, i, text);
+    }
+    found.letters_a = Py_NewRef(PyTuple_GET_ITEM(found.letters, 0));
+    found.python_carry = PyObject_GetAttrString((PyObject *)driver_type, "_carry");
+    if (found.python_carry == NULL) {
+        goto error;
     }
     found.deque_type = (PyTypeObject *)import_from("collections", "deque");
     if (found.deque_type == NULL || !PyType_Check(found.deque_type)) {

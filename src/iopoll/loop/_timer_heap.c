@@ -102,14 +102,34 @@ loop_heap_push(PyObject *heap, PyObject *item)
     return sift_down(heap, 0, PyList_GET_SIZE(heap) - 1);
 }
 
+/* list.pop() of a list that is not empty: its last item, as a new reference.  While the
+ * list stays at least half full its length is only shortened, as list.pop() itself does
+ * then (listobject.c's list_resize keeps the memory) and Cython's fast path for it does;
+ * otherwise the slice is deleted, which gives the memory back. */
+static inline PyObject *
+pop_last(PyObject *list)
+{
+    Py_ssize_t size = PyList_GET_SIZE(list);
+    PyObject *last = PyList_GET_ITEM(list, size - 1);
+    if (size - 1 >= ((PyListObject *)list)->allocated >> 1) {
+        Py_SET_SIZE(list, size - 1);
+        return last;
+    }
+    Py_INCREF(last);
+    if (PyList_SetSlice(list, size - 1, size, NULL) < 0) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    return last;
+}
+
 /* heapq.heappop: a new reference to the smallest entry (the heap is not empty). */
 PyObject *
 loop_heap_pop(PyObject *heap)
 {
     Py_ssize_t size = PyList_GET_SIZE(heap);
-    PyObject *last = Py_NewRef(PyList_GET_ITEM(heap, size - 1));
-    if (PyList_SetSlice(heap, size - 1, size, NULL) < 0) {
-        Py_DECREF(last);
+    PyObject *last = pop_last(heap); /* the list's reference is now ours */
+    if (last == NULL) {
         return NULL;
     }
     if (size == 1) {

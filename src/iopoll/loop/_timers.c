@@ -83,10 +83,13 @@ loop_activate_timer(PyObject *self, PyObject *callback, PyObject *timers, PyObje
         }
     }
     else {
-        PyObject *entry = PyTuple_Pack(3, expiration, number, callback);
+        PyObject *entry = PyTuple_New(3);
         if (entry == NULL) {
             goto done;
         }
+        PyTuple_SET_ITEM(entry, 0, Py_NewRef(expiration));
+        PyTuple_SET_ITEM(entry, 1, Py_NewRef(number));
+        PyTuple_SET_ITEM(entry, 2, Py_NewRef(callback));
         put(callback, S.entry, entry);
         failed = loop_heap_push(timers, entry);
         Py_DECREF(entry);
