@@ -597,18 +597,71 @@ def test_ids_carry_past_z(cls: type) -> Any:
 
 
 @both
+def test_a_re_armed_repeat_reads_its_interval_after_the_clock(cls: type) -> Any:
+    """`self._now() + callback.interval`: a clock that sets the interval (and drops the one
+    it replaced) is read first, and the interval it set is the one added."""
+    d = cls()
+    assigned: list[float] = []
+    seen: list[bool] = []
+
+    def clock() -> float:
+        assigned.append(float(len(assigned)) + 0.5)  # a new float object every time
+        record.interval = assigned[-1]
+        return 1000.0 * len(assigned)  # each reading past every expiration before it
+
+    def cb(cid: str) -> None:
+        seen.append(record.expiration == 1000.0 * len(assigned) + assigned[-1])
+        if len(seen) == 3:
+            d.cancel(cid)
+
+    cid = d.repeat(0, cb)
+    record = d._get(cid)
+    d._now = clock
+    d.run()
+    return seen
+
+
+@both
+def test_a_timer_heap_emptied_by_a_comparison_raises_index_error(cls: type) -> Any:
+    """A clock whose readings, compared, empty the heap: heapq.heappop's IndexError, not a
+    pop of an empty list."""
+    d = cls()
+
+    class Emptying(float):
+        def __add__(self, other: object) -> Emptying:
+            return Emptying(float(self) + float(other))  # type: ignore[arg-type]
+
+        def __le__(self, other: object) -> bool:
+            d._timers.clear()
+            return True
+
+    d._now = lambda: Emptying(1.0)
+    d.delay(0.5, lambda cid: None)
+    try:
+        d.run()
+    except IndexError as exc:
+        return "IndexError", str(exc), d._timers
+    return "no error"
+
+
+@both
 def test_the_id_prefix_moves_on_as_next_id_moves_it(cls: type) -> Any:
     """_carry() from any prefix a driver can hold, and from ones only a caller can set:
-    C answers as next_id() does, or leaves it to the Python method (which raises)."""
+    C answers as next_id() does, or leaves it to the Python method (which raises for a
+    letter it cannot move on, and passes over any other character as over a "z")."""
     seen: list[object] = []
-    for prefix in ["", "a", "y", "z", "az", "zy", "zz", "zzz", "bzz", "mzz", "A", "zA", "Az", "zAz",
-                   "é", "aé", "zé"]:
+    class Text(str):
+        pass
+
+    prefixes: list[object] = ["", "a", "y", "z", "az", "zy", "zz", "zzz", "bzz", "mzz", "A",
+                              "zA", "Az", "zAz", "é", "aé", "zé", Text("az"), None, b"a"]
+    for prefix in prefixes:
         d = cls()
         d._id_prefix = prefix
         try:
             seen.append((prefix, d._carry(), d._id_prefix, d.defer(lambda cid: None)))
-        except KeyError as exc:
-            seen.append((prefix, "KeyError", str(exc), d._id_prefix))
+        except (KeyError, TypeError) as exc:
+            seen.append((prefix, type(exc).__name__, str(exc), d._id_prefix))
     return seen
 
 

@@ -423,9 +423,12 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
                  && PyObject_TypeCheck(callback, S.repeat_type))) {
         /* Re-armed from now, active from the next tick: never twice in one tick. */
         put_bool(callback, S.invokable, 0);
-        PyObject *interval = peek(callback, S.interval);
-        PyObject *clock = interval == NULL ? NULL : now(self);
-        if (clock == NULL) {
+        /* `self._now() + callback.interval`: the clock first, as Python reads them (a
+         * _now() of a subclass may set the interval, and drop the one read before). */
+        PyObject *clock = now(self);
+        PyObject *interval = clock == NULL ? NULL : peek(callback, S.interval);
+        if (interval == NULL) {
+            Py_XDECREF(clock);
             return -1;
         }
         PyObject *expiration = PyFloat_CheckExact(clock) && PyFloat_CheckExact(interval)

@@ -1,6 +1,6 @@
-/* _dispatch.h: what the two halves of iopoll.loop._speedups share (see _speedups.c): the
- * slots and names install() finds, the helpers that read and write slots and call back into
- * Python, and the methods _dispatch.c defines. */
+/* _dispatch.h: what the files of iopoll.loop._speedups share (see _speedups.c): the slots
+ * and names install() finds, the helpers that read and write slots and call back into
+ * Python, and the methods each file defines for the others. */
 
 #ifndef IOPOLL_LOOP_DISPATCH_H
 #define IOPOLL_LOOP_DISPATCH_H
@@ -52,7 +52,6 @@ typedef struct {
     PyCFunction deque_popleft_c, deque_append_c, deque_extend_c;
     PyObject *letters;       /* ("a", .., "z"): the last letter of an id */
     PyObject *letters_a;     /* "a", the first id prefix */
-    PyObject *python_carry;  /* CallbackRegistry._carry, the Python function */
     PyObject *check_callback, *check_seconds, *superseded;
     PyObject *zero; /* 0.0 */
     PyObject *s_now, *s_poll, *s_carry, *s_activate, *s_activate_stream, *s_blocking_timeout;

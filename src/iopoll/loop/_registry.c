@@ -70,7 +70,7 @@ PyObject *
 loop_activate(PyObject *self, PyObject *callbacks)
 {
     Activation a = {self, {NULL, NULL, NULL}, peek(self, S.timer_seq)};
-    if (loop_timer_lists(self, a.lists) < 0 || a.seq == NULL) {
+    if (a.seq == NULL || loop_timer_lists(self, a.lists) < 0) {
         return NULL;
     }
     Py_INCREF(a.seq);

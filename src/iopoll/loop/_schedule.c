@@ -103,8 +103,13 @@ loop_carry(PyObject *self, PyObject *Py_UNUSED(ignored))
             return NULL;
         }
     }
-    if (next == NULL) { /* anything else: the Python method decides */
-        return PyObject_CallOneArg(S.python_carry, self);
+    if (next == NULL) {
+        /* Anything else: the Python method decides (AbstractDriver's, which install()
+         * leaves as it is: looked up now, so that a patched one is the one called). */
+        PyObject *carry = PyObject_GetAttr((PyObject *)S.driver_type, S.s_carry);
+        PyObject *carried = carry == NULL ? NULL : PyObject_CallOneArg(carry, self);
+        Py_XDECREF(carry);
+        return carried;
     }
     if (put_new(self, S.id_prefix, next) < 0) {
         return NULL;

@@ -5,26 +5,29 @@
  * or per tick, line for line, without the interpreter's frames around them:
  *
  *   defer(fn), delay(seconds, fn), repeat(interval, fn)    registration
+ *   _carry()                                                 the next id prefix
  *   _loop(fresh), _tick(previous_idle), _drain()             the run loop and one tick
  *   _run_microtasks(), _activate(callbacks), _enqueue_timers()
  *   get_suspension(), and a suspension's round trip on LoopRunner and Suspension subclasses
  *
  * Everything else (enable, disable, cancel, the poll, signals, errors, streams, the rest of
- * the greenlet handling) stays in Python, and these call it by name, as the Python methods do: `self._poll(t)`,
- * `self._error(fn, exc)`, `self._activate_stream(cb)`.  So a driver subclass that
- * overrides one of those is obeyed, and no state lives here: the driver, its callback
- * records and its LoopRunner are Python objects with __slots__, which install() finds once
- * and this code then reads and writes by offset (see _cslots.h).  The timers are the
- * driver's: the FIFO of interval-0 timers (two lists) and the heap, a list of (expiration,
- * seq, callback) tuples kept with heapq's own algorithm, so that the Python methods that
- * touch them (_next_expiration, _sweep_timers) share them.
+ * the greenlet handling) stays in Python, and these call it by name, as the Python methods
+ * do: `self._poll(t)`, `self._error(fn, exc)`, `self._activate_stream(cb)`.  So a driver
+ * subclass that overrides one of those is obeyed (one of the methods above is called
+ * directly only for a class install() was given, by name for a subclass), and no state
+ * lives here: the driver, its callback records and its LoopRunner are Python objects with
+ * __slots__, which install() finds once and this code then reads and writes by offset (see
+ * _cslots.h).  The timers are the driver's: the FIFO of interval-0 timers (two lists) and
+ * the heap, a list of (expiration, seq, callback) tuples kept with heapq's own algorithm,
+ * so that the Python methods that touch them (_next_expiration, _sweep_timers) share them.
  *
  * This file holds install() and the module; _schedule.c the registration methods (ids,
  * the checks of a callback, new records); _dispatch.c the run loop, the tick and the drain;
- * _registry.c the activation of enabled records and the upkeep of the unindexed ones; _timers.c where a timer waits and when it is queued; _timer_heap.c the
- * heap's algorithm; _iopoll_ready.c IoPollDriver's poll; _records.c the classes of the
- * records made here (subclasses of the Python ones, with a cheaper walk for the garbage
- * collector); _suspend.c a suspension's round trip; _dispatch.h what they share.
+ * _registry.c the activation of enabled records and the upkeep of the unindexed ones;
+ * _timers.c where a timer waits and when it is queued; _timer_heap.c the heap's algorithm;
+ * _iopoll_ready.c IoPollDriver's poll; _records.c the classes of the records made here
+ * (subclasses of the Python ones, with a cheaper walk for the garbage collector);
+ * _suspend.c a suspension's round trip; _dispatch.h what they share.
  *
  * install(cls) puts these methods on cls, a subclass of AbstractDriver; iopoll.loop does so
  * for IoPollDriver and SelectorsDriver unless IOPOLL_PURE_PYTHON is set.  Their parent
@@ -195,10 +198,6 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         PyTuple_SET_ITEM(found.letters, i, text);
     }
     found.letters_a = Py_NewRef(PyTuple_GET_ITEM(found.letters, 0));
-    found.python_carry = PyObject_GetAttrString((PyObject *)driver_type, "_carry");
-    if (found.python_carry == NULL) {
-        goto error;
-    }
     found.deque_type = (PyTypeObject *)import_from("collections", "deque");
     if (found.deque_type == NULL || !PyType_Check(found.deque_type)) {
         goto error;

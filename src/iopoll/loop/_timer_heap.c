@@ -123,11 +123,18 @@ pop_last(PyObject *list)
     return last;
 }
 
-/* heapq.heappop: a new reference to the smallest entry (the heap is not empty). */
+/* heapq.heappop: a new reference to the smallest entry.  The callers pop a heap they saw
+ * holding a due entry, but a comparison on the way may have run code that emptied it (or
+ * the list may be in the middle of a sort, which shows it empty): IndexError then, as
+ * heapq raises. */
 PyObject *
 loop_heap_pop(PyObject *heap)
 {
     Py_ssize_t size = PyList_GET_SIZE(heap);
+    if (size == 0) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+        return NULL;
+    }
     PyObject *last = pop_last(heap); /* the list's reference is now ours */
     if (last == NULL) {
         return NULL;
