@@ -20,44 +20,47 @@ loop_tick(PyObject *self, PyObject *previous_idle)
         && put_new(self, S.stale_queued, PyLong_FromLong(0)) < 0) {
         return NULL;
     }
-    PyObject *enable_queue = peek(self, S.enable_queue);
+    /* Each queue held from its reading on: its truth, and the new list's allocation (a
+     * collection), may run code that replaces it. */
+    PyObject *enable_queue = get_slot(self, S.enable_queue);
     if (enable_queue == NULL) {
         return NULL;
     }
     int waiting = nonempty(enable_queue);
-    if (waiting < 0) {
-        return NULL;
-    }
-    if (waiting) {
-        Py_INCREF(enable_queue);
+    if (waiting > 0) {
         if (put_new(self, S.enable_queue, PyList_New(0)) < 0) {
             Py_DECREF(enable_queue);
             return NULL;
         }
         done = own_method(self, S.s_activate, loop_activate, enable_queue);
-        Py_DECREF(enable_queue);
-        if (done == NULL) {
-            return NULL;
-        }
-        Py_DECREF(done);
+        Py_XDECREF(done);
+        waiting = done == NULL ? -1 : 0;
     }
-    PyObject *defers = peek(self, S.defers);
-    if (defers == NULL || (waiting = nonempty(defers)) < 0) {
+    Py_DECREF(enable_queue);
+    if (waiting < 0) {
+        return NULL;
+    }
+    PyObject *defers = get_slot(self, S.defers);
+    if (defers == NULL) {
+        return NULL;
+    }
+    waiting = nonempty(defers);
+    if (waiting > 0) {
+        PyObject *queue = NULL;
+        done = NULL;
+        if (put_new(self, S.defers, PyList_New(0)) == 0
+            && (queue = get_slot(self, S.queue)) != NULL) {
+            done = DEQUE_EXTEND(queue, defers);
+        }
+        Py_XDECREF(queue);
+        Py_XDECREF(done);
+        waiting = done == NULL ? -1 : 1;
+    }
+    Py_DECREF(defers);
+    if (waiting < 0) {
         return NULL;
     }
     if (waiting) {
-        Py_INCREF(defers);
-        PyObject *queue = peek(self, S.queue);
-        if (put_new(self, S.defers, PyList_New(0)) < 0 || queue == NULL) {
-            Py_DECREF(defers);
-            return NULL;
-        }
-        done = DEQUE_EXTEND(queue, defers);
-        Py_DECREF(defers);
-        if (done == NULL) {
-            return NULL;
-        }
-        Py_DECREF(done);
         put_bool(self, S.idle, 0);
     }
     /* Block only after a tick that ran nothing, and once the deferred callbacks ran. */
@@ -160,13 +163,15 @@ loop_poll(PyObject *self, PyObject *timeout)
     }
     if (fallback) {
         /* The fallback's streams are always ready: wait on neither poller. */
-        PyObject *poller = peek(self, S.poller), *other = peek(self, S.fallback);
-        if (poller == NULL || other == NULL) {
-            return NULL;
-        }
+        /* Each poller read just before its wait, and held through it, as Python reads
+         * them: the first wait may run code that replaces the fallback. */
         PyObject *zero = PyLong_FromLong(0);
-        PyObject *first = zero == NULL ? NULL : call_wait(self, poller, zero);
-        PyObject *second = first == NULL ? NULL : call_wait(self, other, zero);
+        PyObject *poller = zero == NULL ? NULL : get_slot(self, S.poller);
+        PyObject *first = poller == NULL ? NULL : call_wait(self, poller, zero);
+        Py_XDECREF(poller);
+        PyObject *other = first == NULL ? NULL : get_slot(self, S.fallback);
+        PyObject *second = other == NULL ? NULL : call_wait(self, other, zero);
+        Py_XDECREF(other);
         Py_XDECREF(zero);
         ready = second == NULL ? NULL : PyNumber_Add(first, second);
         Py_XDECREF(first);
@@ -178,7 +183,7 @@ loop_poll(PyObject *self, PyObject *timeout)
             return NULL;
         }
         if (registered) {
-            PyObject *poller = peek(self, S.poller);
+            PyObject *poller = get_slot(self, S.poller); /* held: the wait runs code */
             if (poller == NULL) {
                 return NULL;
             }
@@ -186,6 +191,7 @@ loop_poll(PyObject *self, PyObject *timeout)
             if (index >= 0 && S.installed[index].io && iopoll_waits_in_c(poller)) {
                 /* _wait and _queue_ready in one, without the list (_iopoll_ready.c). */
                 Py_ssize_t came = iopoll_wait_and_queue(self, poller, timeout);
+                Py_DECREF(poller);
                 if (came < 0) {
                     return NULL;
                 }
@@ -196,6 +202,7 @@ loop_poll(PyObject *self, PyObject *timeout)
                 return idle_after(self, timeout);
             }
             ready = call_wait(self, poller, timeout);
+            Py_DECREF(poller);
         }
         else {
             /* No fd to wait for: a zero timeout needs no system call at all. */
@@ -426,7 +433,7 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
         /* `self._now() + callback.interval`: the clock first, as Python reads them (a
          * _now() of a subclass may set the interval, and drop the one read before). */
         PyObject *clock = now(self);
-        PyObject *interval = clock == NULL ? NULL : peek(callback, S.interval);
+        PyObject *interval = clock == NULL ? NULL : get_slot(callback, S.interval);
         if (interval == NULL) {
             Py_XDECREF(clock);
             return -1;
@@ -435,14 +442,17 @@ run_callback(PyObject *self, PyObject *callback, PyObject *callback_id, PyObject
                                    ? PyFloat_FromDouble(PyFloat_AS_DOUBLE(clock)
                                                         + PyFloat_AS_DOUBLE(interval))
                                    : PyNumber_Add(clock, interval);
-        if (put_new(callback, S.expiration, expiration) < 0) {
-            Py_DECREF(clock);
+        Py_DECREF(interval);
+        Py_DECREF(clock);
+        if (put_new(callback, S.expiration, expiration) < 0
+            || add_to(callback, S.queued, 1) < 0) {
             return -1;
         }
-        Py_DECREF(clock);
-        PyObject *queue = peek(self, S.enable_queue);
-        if (add_to(callback, S.queued, 1) < 0 || queue == NULL
-            || PyList_Append(queue, callback) < 0) {
+        /* Read once `queued` was counted: its addition may run code that replaces it. */
+        PyObject *queue = get_slot(self, S.enable_queue);
+        int appended = queue == NULL ? -1 : PyList_Append(queue, callback);
+        Py_XDECREF(queue);
+        if (appended < 0) {
             return -1;
         }
     }
@@ -495,7 +505,8 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
             break;
         }
         PyObject *callback = DEQUE_POPLEFT(queue);
-        if (callback == NULL) {
+        if (callback == NULL || check_record(callback, S.callback_type, S.invokable) < 0) {
+            Py_XDECREF(callback);
             failed = 1;
             break;
         }

@@ -34,6 +34,7 @@ typedef struct {
     PyTypeObject *driver_type;                  /* AbstractDriver */
     PyTypeObject *defer_type, *delay_type, *repeat_type, *timer_type;
     PyTypeObject *stream_type, *signal_type;
+    PyTypeObject *callback_type; /* Callback, the class of every record */
     PyTypeObject *readable_type, *writable_type; /* the two StreamCallback kinds */
     /* The records defer(), delay() and repeat() make: subclasses of the first three above
      * with a garbage-collector walk of their own (_records.c). */
@@ -63,7 +64,8 @@ typedef struct {
     PyObject *s_suspension, *s_sweep_unindexed, *s_tidy_unindexed;
     /* IoPollDriver's _wait and _queue_ready (install_io()): Watcher and FdEntry slots */
     PyMemberDef *w_data, *w_triggered, *e_readers, *e_writers;
-    PyTypeObject *entry_type; /* FdEntry */
+    PyTypeObject *watcher_type; /* the Watcher class whose slots those are */
+    PyTypeObject *entry_type;   /* FdEntry */
     PyObject *wake_table;     /* _iopoll_driver._WAKE: reported Event -> READ|WRITE bits */
     PyObject *stream_lost;    /* _iopoll_driver._StreamLost */
     long wakes_readers, wakes_writers; /* _WakeTable.READERS and .WRITERS, as ints */
@@ -131,7 +133,13 @@ truth(PyObject *obj, PyMemberDef *member)
     if (value != NULL && PyLong_CheckExact(value)) {
         return int_truth(value);
     }
-    return value == NULL ? -1 : PyObject_IsTrue(value);
+    if (value == NULL) {
+        return -1;
+    }
+    Py_INCREF(value); /* its __bool__ may set the slot again */
+    int set = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return set;
 }
 
 /* `bool(x)` for a container the driver keeps: without a call for an exact list or dict
@@ -178,12 +186,12 @@ add_to(PyObject *obj, PyMemberDef *member, long delta)
             return put_new(obj, member, PyLong_FromLong(current + delta));
         }
     }
+    /* Held: another int's addition may run code that sets the slot again. */
+    Py_INCREF(value);
     PyObject *step = PyLong_FromLong(delta);
-    if (step == NULL) {
-        return -1;
-    }
-    PyObject *sum = PyNumber_Add(value, step);
-    Py_DECREF(step);
+    PyObject *sum = step == NULL ? NULL : PyNumber_Add(value, step);
+    Py_XDECREF(step);
+    Py_DECREF(value);
     return put_new(obj, member, sum);
 }
 
@@ -280,7 +288,14 @@ ordered(PyObject *a, PyObject *b, int op)
             return x >= y;
         }
     }
-    return PyObject_RichCompareBool(a, b, op);
+    /* Both held: the comparison may run code that drops what the caller read them from
+     * (a slot, a list), and a reflected comparison reads the operands again. */
+    Py_INCREF(a);
+    Py_INCREF(b);
+    int result = PyObject_RichCompareBool(a, b, op);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return result;
 }
 
 /* self._now(): time.monotonic called directly for a class install() was given that keeps
@@ -369,7 +384,6 @@ int loop_tidy_if_due(PyObject *self);
 /* The classes of the records made in C (_records.c), made by the first install(). */
 int make_record_types(void);
 
-/* Whether a record is of one of the classes of the C records. */
 /* Whether `kind` is one of the stream records on_readable() and on_writable() make: the
  * run loop's usual callback, told apart without a subclass walk. */
 static inline int
@@ -378,10 +392,35 @@ is_stream_record(PyTypeObject *kind)
     return kind == S.readable_type || kind == S.writable_type;
 }
 
+/* Whether a record is of one of the classes of the C records. */
 static inline int
 is_c_record(PyTypeObject *kind)
 {
     return kind == S.c_defer_type || kind == S.c_delay_type || kind == S.c_repeat_type;
+}
+
+/* Whether `obj`, taken from one of the driver's queues, timer lists or _unindexed, is a
+ * record of `type` (S.callback_type, or S.timer_type for a timer's slots), whose slots
+ * this code reads by offset: 0 yes.  -1 no, with the error Python raises where it reads
+ * `member` of it (AttributeError); or, for an object that has that attribute, a TypeError:
+ * a stand-in that is not a record is left to the Python methods' duck typing
+ * (IOPOLL_PURE_PYTHON=1). */
+static inline int
+check_record(PyObject *obj, PyTypeObject *type, PyMemberDef *member)
+{
+    PyTypeObject *kind = Py_TYPE(obj);
+    int usual = type == S.callback_type ? is_c_record(kind) || is_stream_record(kind)
+                                        : kind == S.c_delay_type || kind == S.c_repeat_type;
+    if (usual || PyObject_TypeCheck(obj, type)) {
+        return 0;
+    }
+    PyObject *found = PyObject_GetAttrString(obj, member->name);
+    if (found != NULL) {
+        Py_DECREF(found);
+        PyErr_Format(PyExc_TypeError, "iopoll.loop's C dispatch takes callback records only, "
+                                      "not '%.200s' objects", kind->tp_name);
+    }
+    return -1;
 }
 
 /* The suspension round trip (_suspend.c): the driver's get_suspension(), put on it by

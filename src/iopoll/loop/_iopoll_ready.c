@@ -82,43 +82,57 @@ extend_with(PyObject *queue, PyObject *callbacks)
     return done == NULL ? -1 : 0;
 }
 
+/* watcher.<member>, a new reference: read by offset from a Watcher, by name from anything
+ * else a subclass's _wait() may return (as Python reads it). */
+static inline PyObject *
+watcher_slot(PyObject *watcher, PyMemberDef *member)
+{
+    if (PyObject_TypeCheck(watcher, S.watcher_type)) {
+        return get_slot(watcher, member);
+    }
+    return PyObject_GetAttrString(watcher, member->name);
+}
+
 /* One watcher of IoPollDriver._queue_ready's loop. */
 static int
 queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
 {
-    PyObject *entry = peek(watcher, S.w_data);
+    PyObject *entry = watcher_slot(watcher, S.w_data);
     if (entry == NULL) {
         return -1;
     }
     if (entry == wakeup) {
+        Py_DECREF(entry);
         PyObject *done = call1(self, S.s_signals_ready, watcher);
         Py_XDECREF(done);
         return done == NULL ? -1 : 0;
     }
-    PyObject *triggered = peek(watcher, S.w_triggered);
+    /* entry held from here: the lookup of an odd _triggered may run code */
+    PyObject *triggered = watcher_slot(watcher, S.w_triggered);
     if (triggered == NULL) {
+        Py_DECREF(entry);
         return -1;
     }
     /* _WAKE[triggered]: for an Event (an int), the masks its __missing__ applies, applied
      * here; anything else is looked up in the table. */
     long wake;
     if (PyLong_Check(triggered)) {
-        long value = PyLong_AsLong(triggered);
-        if (value == -1 && PyErr_Occurred()) {
-            return -1;
+        wake = PyLong_AsLong(triggered);
+        if (!(wake == -1 && PyErr_Occurred())) {
+            wake = (wake & S.wakes_readers ? WAKE_READ : 0)
+                   | (wake & S.wakes_writers ? WAKE_WRITE : 0);
         }
-        wake = (value & S.wakes_readers ? WAKE_READ : 0)
-               | (value & S.wakes_writers ? WAKE_WRITE : 0);
     }
     else {
         PyObject *bits = PyObject_GetItem(S.wake_table, triggered);
         wake = bits == NULL ? -1 : PyLong_AsLong(bits);
         Py_XDECREF(bits);
-        if (wake == -1 && PyErr_Occurred()) {
-            return -1;
-        }
     }
-    Py_INCREF(entry);
+    Py_DECREF(triggered);
+    if (wake == -1 && PyErr_Occurred()) {
+        Py_DECREF(entry);
+        return -1;
+    }
     int failed = 0;
     int slots = Py_IS_TYPE(entry, S.entry_type);
     if (wake & WAKE_READ) {

@@ -11,7 +11,8 @@
 static int
 activate_one(PyObject *self, PyObject *callback, PyObject *const *lists, PyObject *seq)
 {
-    if (add_to(callback, S.queued, -1) < 0) {
+    if (check_record(callback, S.callback_type, S.queued) < 0
+        || add_to(callback, S.queued, -1) < 0) {
         return -1;
     }
     int queued = truth(callback, S.queued);
@@ -34,22 +35,27 @@ activate_one(PyObject *self, PyObject *callback, PyObject *const *lists, PyObjec
         return done == NULL ? -1 : 0;
     }
     if (PyObject_TypeCheck(callback, S.signal_type)) {
-        PyObject *maps = peek(self, S.signal_callbacks);
-        PyObject *signum = peek(callback, S.signal_arg);
-        PyObject *callback_id = peek(callback, S.id);
-        if (maps == NULL || signum == NULL || callback_id == NULL) {
-            return -1;
+        /* `self._signal_callbacks.setdefault(callback.signum, {})[callback.id] =
+         * callback`, each read when Python reads it and held: the new dict's allocation
+         * (a collection) and the signal number's hash may run code. */
+        PyObject *maps = get_slot(self, S.signal_callbacks);
+        PyObject *signum = maps == NULL ? NULL : get_slot(callback, S.signal_arg);
+        PyObject *fresh = signum == NULL ? NULL : PyDict_New();
+        PyObject *callbacks_for = NULL, *callback_id = NULL;
+        if (fresh != NULL) {
+            callbacks_for = Py_XNewRef(PyDict_SetDefault(maps, signum, fresh));
         }
-        PyObject *fresh = PyDict_New();
-        if (fresh == NULL) {
-            return -1;
+        if (callbacks_for != NULL) {
+            callback_id = get_slot(callback, S.id);
         }
-        PyObject *callbacks_for = PyDict_SetDefault(maps, signum, fresh); /* borrowed */
-        Py_DECREF(fresh);
-        if (callbacks_for == NULL) {
-            return -1;
-        }
-        return PyObject_SetItem(callbacks_for, callback_id, callback);
+        int failed = callback_id == NULL
+                     || PyObject_SetItem(callbacks_for, callback_id, callback) < 0;
+        Py_XDECREF(callback_id);
+        Py_XDECREF(callbacks_for);
+        Py_XDECREF(fresh);
+        Py_XDECREF(signum);
+        Py_XDECREF(maps);
+        return failed ? -1 : 0;
     }
     return 0;
 }
@@ -135,11 +141,16 @@ loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     PyObject *kept = PyList_New(0);
     int failed = kept == NULL;
-    /* Reading a record's bool slot runs no Python code: the list cannot change meanwhile. */
+    /* By index, the size read again each step, each record held while its `enabled` is
+     * read: an `enabled` that is not a bool may run code that changes the list, as in
+     * Python's compress() over it. */
     for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(unindexed); i++) {
-        PyObject *callback = PyList_GET_ITEM(unindexed, i);
-        int enabled = truth(callback, S.enabled);
+        PyObject *callback = Py_NewRef(PyList_GET_ITEM(unindexed, i));
+        int enabled = check_record(callback, S.callback_type, S.enabled) < 0
+                          ? -1
+                          : truth(callback, S.enabled);
         failed = enabled < 0 || (enabled && PyList_Append(kept, callback) < 0);
+        Py_DECREF(callback);
     }
     Py_DECREF(unindexed);
     if (failed) {
@@ -165,7 +176,11 @@ loop_tidy_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
     Py_ssize_t ended = 0;
     int failed = 0;
     for (; ended < PyList_GET_SIZE(unindexed); ended++) {
-        int enabled = truth(PyList_GET_ITEM(unindexed, ended), S.enabled);
+        PyObject *callback = Py_NewRef(PyList_GET_ITEM(unindexed, ended));
+        int enabled = check_record(callback, S.callback_type, S.enabled) < 0
+                          ? -1
+                          : truth(callback, S.enabled);
+        Py_DECREF(callback);
         if (enabled != 0) {
             failed = enabled < 0;
             break;
@@ -200,11 +215,17 @@ loop_tidy_if_due(PyObject *self)
     }
     /* Anything but a list goes to _tidy_unindexed, which refuses it. */
     if (PyList_CheckExact(unindexed)) {
-        Py_ssize_t length = PyList_GET_SIZE(unindexed);
-        if (length == 0) {
+        if (PyList_GET_SIZE(unindexed) == 0) {
             return 0;
         }
-        int first_enabled = truth(PyList_GET_ITEM(unindexed, 0), S.enabled);
+        Py_INCREF(unindexed); /* held, and its length read after the first's `enabled` */
+        PyObject *first = Py_NewRef(PyList_GET_ITEM(unindexed, 0));
+        int first_enabled = check_record(first, S.callback_type, S.enabled) < 0
+                                ? -1
+                                : truth(first, S.enabled);
+        Py_DECREF(first);
+        Py_ssize_t length = PyList_GET_SIZE(unindexed);
+        Py_DECREF(unindexed);
         if (first_enabled < 0) {
             return -1;
         }

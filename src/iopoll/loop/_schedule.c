@@ -152,7 +152,10 @@ new_id(PyObject *self)
         return NULL;
     }
     if (!PyUnicode_CheckExact(prefix) || !PyUnicode_IS_COMPACT_ASCII(prefix)) {
-        return PyNumber_Add(prefix, PyTuple_GET_ITEM(S.letters, index));
+        Py_INCREF(prefix); /* held: a str subclass's + may set the prefix again */
+        PyObject *callback_id = PyNumber_Add(prefix, PyTuple_GET_ITEM(S.letters, index));
+        Py_DECREF(prefix);
+        return callback_id;
     }
     /* prefix + letter, as str concatenation makes it, without its generic path. */
     Py_ssize_t length = PyUnicode_GET_LENGTH(prefix);
@@ -276,10 +279,12 @@ loop_defer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     if (callback_id == NULL) {
         return NULL;
     }
-    PyObject *unindexed = peek(self, S.unindexed);
-    PyObject *defers = peek(self, S.defers);
+    /* The lists read once the record is made: its allocation may collect garbage, and a
+     * finalizer may run code that replaces them. */
     PyObject *callback = new_record(S.c_defer_type);
-    if (unindexed == NULL || defers == NULL || callback == NULL) {
+    PyObject *unindexed = callback == NULL ? NULL : peek(self, S.unindexed);
+    PyObject *defers = unindexed == NULL ? NULL : peek(self, S.defers);
+    if (defers == NULL) {
         goto error;
     }
     put(callback, S.id, callback_id);
@@ -319,10 +324,13 @@ add_timer(PyObject *self, PyObject *seconds, PyObject *fn, PyTypeObject *kind)
     else {
         expiration = PyNumber_Add(clock, seconds);
     }
+    /* The lists read once the record is made, as in defer(). */
+    if (expiration == NULL || (callback = new_record(kind)) == NULL) {
+        goto error;
+    }
     PyObject *unindexed = peek(self, S.unindexed);
-    PyObject *queue = peek(self, S.enable_queue);
-    if (expiration == NULL || unindexed == NULL || queue == NULL
-        || (callback = new_record(kind)) == NULL) {
+    PyObject *queue = unindexed == NULL ? NULL : peek(self, S.enable_queue);
+    if (queue == NULL) {
         goto error;
     }
     /* TimerCallback.__init__ (Callback._init_queued) */

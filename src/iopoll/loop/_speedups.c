@@ -135,13 +135,15 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
     found.timer_type = class_named(callbacks_module, "TimerCallback");
     found.stream_type = class_named(callbacks_module, "StreamCallback");
     found.signal_type = class_named(callbacks_module, "SignalCallback");
+    found.callback_type = class_named(callbacks_module, "Callback");
     found.readable_type = class_named(callbacks_module, "ReadableCallback");
     found.writable_type = class_named(callbacks_module, "WritableCallback");
     found.check_callback = PyObject_GetAttrString(callbacks_module, "check_callback");
     found.check_seconds = PyObject_GetAttrString(callbacks_module, "check_seconds");
     Py_DECREF(callbacks_module);
     if (!found.defer_type || !found.delay_type || !found.repeat_type || !found.timer_type
-        || !found.stream_type || !found.signal_type || !found.readable_type
+        || !found.stream_type || !found.signal_type || !found.callback_type
+        || !found.readable_type
         || !found.writable_type || !found.check_callback
         || !found.check_seconds) {
         goto error;
@@ -415,6 +417,7 @@ install_io(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         S.w_triggered = w_triggered;
         S.e_readers = e_readers;
         S.e_writers = e_writers;
+        S.watcher_type = (PyTypeObject *)Py_NewRef(watcher_type);
         S.entry_type = (PyTypeObject *)Py_NewRef(entry_type);
         S.wake_table = Py_NewRef(args[3]);
         S.wakes_readers = readers;

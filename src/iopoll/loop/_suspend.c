@@ -188,12 +188,14 @@ suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         return NULL;
     }
     PyObject *done = NULL;
+    /* What is called is held through the call: the code it runs may replace it. */
     if (main) {
-        PyObject *interrupt = peek(runner, G.interrupt);
+        PyObject *interrupt = get_slot(runner, G.interrupt);
         done = interrupt == NULL ? NULL : PyObject_CallOneArg(interrupt, self);
+        Py_XDECREF(interrupt);
     }
     else {
-        PyObject *queue = peek(runner, G.queue);
+        PyObject *queue = get_slot(runner, G.queue);
         PyObject *switch_in = queue == NULL ? NULL : PyObject_GetAttr(self, G.s_switch_in);
         if (switch_in != NULL) {
             PyObject *task = PyTuple_Pack(2, switch_in, G.no_args);
@@ -203,6 +205,7 @@ suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                 Py_DECREF(task);
             }
         }
+        Py_XDECREF(queue);
     }
     Py_DECREF(runner);
     return discarded(done);
@@ -250,24 +253,29 @@ static PyObject *
 runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     /* The last one handed out, while its greenlet asks again. */
-    PyObject *last = peek(self, G.last);
+    /* Held while its greenlet is asked for: getcurrent() may run code that drops it. */
+    PyObject *last = get_slot(self, G.last);
     if (last == NULL) {
         return NULL;
     }
     if (last != Py_None) {
-        PyObject *ref = peek(last, G.greenlet);
-        PyObject *getcurrent = peek(self, G.r_getcurrent);
-        PyObject *owner = ref == NULL || getcurrent == NULL ? NULL : PyObject_CallNoArgs(ref);
+        PyObject *ref = get_slot(last, G.greenlet);
+        PyObject *getcurrent = ref == NULL ? NULL : get_slot(self, G.r_getcurrent);
+        PyObject *owner = getcurrent == NULL ? NULL : PyObject_CallNoArgs(ref);
         int mine = owner == NULL ? -1 : is_current(owner, getcurrent);
         Py_XDECREF(owner);
+        Py_XDECREF(getcurrent);
+        Py_XDECREF(ref);
         int dead = mine > 0 ? truth(last, G.dead) : 0;
         if (mine < 0 || dead < 0) {
+            Py_DECREF(last);
             return NULL;
         }
         if (mine && !dead) {
-            return Py_NewRef(last);
+            return last;
         }
     }
+    Py_DECREF(last);
     return PyObject_CallOneArg(G.slow_suspension, self);
 }
 
@@ -302,8 +310,9 @@ runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 runner_loop_main(PyObject *self, PyObject *fresh)
 {
-    PyObject *run_loop = peek(self, G.run_loop);
+    PyObject *run_loop = get_slot(self, G.run_loop);
     PyObject *done = run_loop == NULL ? NULL : PyObject_CallOneArg(run_loop, fresh);
+    Py_XDECREF(run_loop);
     if (done == NULL && PyErr_ExceptionMatches(G.superseded)) {
         /* back to whoever resumed this greenlet's suspended callback */
         PyErr_Clear();
@@ -318,8 +327,10 @@ runner_loop_main(PyObject *self, PyObject *fresh)
 PyObject *
 loop_get_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *runner = peek(self, S.runner);
-    return runner == NULL ? NULL : call0(runner, S.s_suspension);
+    PyObject *runner = get_slot(self, S.runner); /* held through its method */
+    PyObject *suspension = runner == NULL ? NULL : call0(runner, S.s_suspension);
+    Py_XDECREF(runner);
+    return suspension;
 }
 
 /* -- install_suspensions() ------------------------------------------------------------- */

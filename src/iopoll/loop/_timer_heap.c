@@ -51,9 +51,12 @@ sift_down(PyObject *heap, Py_ssize_t start, Py_ssize_t pos)
         if (!less) {
             break;
         }
-        /* Swap the two: the list keeps one reference to each. */
-        PyList_SET_ITEM(heap, pos, PyList_GET_ITEM(heap, parent_pos));
+        /* Swap the two as they are now (the comparison may have run code that put other
+         * entries there), as _heapqmodule.c does: the list keeps one reference to each. */
+        parent = PyList_GET_ITEM(heap, parent_pos);
+        item = PyList_GET_ITEM(heap, pos);
         PyList_SET_ITEM(heap, parent_pos, item);
+        PyList_SET_ITEM(heap, pos, parent);
         pos = parent_pos;
     }
     return 0;

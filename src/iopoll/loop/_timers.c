@@ -126,7 +126,9 @@ heap_take(PyObject *self, PyObject *timers)
         return NULL;
     }
     PyObject *record = PySequence_GetItem(item, 2);
-    PyObject *entry = record == NULL ? NULL : peek(record, S.entry);
+    PyObject *entry = record == NULL || check_record(record, S.timer_type, S.entry) < 0
+                          ? NULL
+                          : peek(record, S.entry);
     if (entry != NULL && entry != item) {
         Py_CLEAR(record);
         add_to(self, S.dead_timers, -1);
@@ -211,7 +213,10 @@ enqueue_fifo(PyObject *self, PyObject *clock)
     while (!failed && taken < PyList_GET_SIZE(fifo) && taken < PyList_GET_SIZE(seqs)) {
         PyObject *callback = Py_NewRef(PyList_GET_ITEM(fifo, taken));
         PyObject *number = Py_NewRef(PyList_GET_ITEM(seqs, taken));
-        PyObject *entry = peek(callback, S.entry), *expiration = NULL;
+        PyObject *entry = check_record(callback, S.timer_type, S.entry) < 0
+                              ? NULL
+                              : peek(callback, S.entry);
+        PyObject *expiration = NULL;
         int later = 0;
         if (entry == NULL) {
             failed = 1;
