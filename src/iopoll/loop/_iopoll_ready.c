@@ -82,22 +82,29 @@ extend_with(PyObject *queue, PyObject *callbacks)
     return done == NULL ? -1 : 0;
 }
 
-/* watcher.<member>, a new reference: read by offset from a Watcher, by name from anything
- * else a subclass's _wait() may return (as Python reads it). */
-static inline PyObject *
-watcher_slot(PyObject *watcher, PyMemberDef *member)
+/* Whether `watcher` is a Watcher, whose slots are read by offset; anything else a
+ * subclass's _wait() may return is read by name, as Python reads it.  The usual one is of
+ * the Context's own Watcher class, a direct subclass: told without a walk of its bases. */
+static inline int
+is_watcher(PyObject *watcher)
 {
-    if (PyObject_TypeCheck(watcher, S.watcher_type)) {
-        return get_slot(watcher, member);
-    }
-    return PyObject_GetAttrString(watcher, member->name);
+    PyTypeObject *kind = Py_TYPE(watcher);
+    return kind->tp_base == S.watcher_type || PyObject_TypeCheck(watcher, S.watcher_type);
+}
+
+/* watcher.<member>, a new reference (`typed`: is_watcher() said yes). */
+static inline PyObject *
+watcher_slot(PyObject *watcher, int typed, PyMemberDef *member)
+{
+    return typed ? get_slot(watcher, member) : PyObject_GetAttrString(watcher, member->name);
 }
 
 /* One watcher of IoPollDriver._queue_ready's loop. */
 static int
 queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
 {
-    PyObject *entry = watcher_slot(watcher, S.w_data);
+    int typed = is_watcher(watcher);
+    PyObject *entry = watcher_slot(watcher, typed, S.w_data);
     if (entry == NULL) {
         return -1;
     }
@@ -108,7 +115,7 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
         return done == NULL ? -1 : 0;
     }
     /* entry held from here: the lookup of an odd _triggered may run code */
-    PyObject *triggered = watcher_slot(watcher, S.w_triggered);
+    PyObject *triggered = watcher_slot(watcher, typed, S.w_triggered);
     if (triggered == NULL) {
         Py_DECREF(entry);
         return -1;
