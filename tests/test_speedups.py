@@ -367,3 +367,65 @@ def test_a_file_objects_c_fileno_answers_as_in_python(
     c_outcome, python_outcome = outcomes
     assert c_outcome == python_outcome
     assert c_outcome == (([], False, 0) if closed else (["reader"], True, 1))
+
+
+class _NeitherEqualNorUnequal(int):
+    """An fd number whose ``==`` and ``!=`` both answer False."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = int.__hash__
+
+
+@pytest.mark.parametrize("backend", [iopoll.Backend.EPOLL, iopoll.Backend.POLL], ids=str)
+def test_the_probe_asks_not_equal_as_python_does(backend: iopoll.Backend) -> None:
+    """Python's fast path asks ``probe() != fd``: a ``fileno()`` whose result is an int that
+    is neither equal nor unequal is the same stream there, and so in C."""
+    if not getattr(backend, "available", True):
+        pytest.skip(f"{backend} is not available here")
+
+    class Handle:
+        odd = False
+
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock = sock
+
+        def fileno(self) -> int:
+            fd = self.sock.fileno()
+            return _NeitherEqualNorUnequal(fd) if self.odd else fd
+
+    outcomes = []
+    for make in (iopoll.Context, pure_iopoll.Context):
+        a, b = socket.socketpair()
+        with a, b, make(backend) as ctx:
+            handle = Handle(a)
+            watcher = ctx.add(handle, Event.READ, "x")
+            handle.odd = True
+            b.send(b"1")
+            outcomes.append(([w.data for w in ctx.wait(0.1)], watcher.is_active()))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == ["x"]
+
+
+def test_microseconds_is_compared_with_zero_before_its_type_is_read() -> None:
+    """``wait(t, m)`` with ``m`` an int subclass: Python asks ``m == 0`` first (here it
+    raises), and so does C."""
+
+    class Raising(int):
+        def __eq__(self, other: object) -> bool:
+            raise ValueError("compared")
+
+        __hash__ = int.__hash__
+
+    outcomes = []
+    for make in (iopoll.Context, pure_iopoll.Context):
+        a, b = socket.socketpair()
+        with a, b, make() as ctx:
+            ctx.add(a, Event.READ, "x")
+            outcomes.append(_outcome(lambda: ctx.wait(0.1, Raising(0))))
+    assert outcomes[0] == outcomes[1]
+    assert "compared" in repr(outcomes[0])

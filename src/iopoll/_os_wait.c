@@ -57,8 +57,10 @@ still_open(PyObject *watcher, long fd)
         same = !overflow && probed_fd == fd;
     }
     else if (probed != NULL) {
+        /* `probe() != fd`, as Python asks it (an odd int's __ne__ need not be !__eq__). */
         PyObject *fd_obj = PyLong_FromLong(fd);
-        same = fd_obj == NULL ? -1 : PyObject_RichCompareBool(probed, fd_obj, Py_EQ);
+        int other = fd_obj == NULL ? -1 : PyObject_RichCompareBool(probed, fd_obj, Py_NE);
+        same = other < 0 ? -1 : !other;
         Py_XDECREF(fd_obj);
     }
     else {

@@ -154,6 +154,21 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
 
     /* wait()'s fast path: as in Python, a microseconds that is not the int 0 (0.0, False)
      * goes to _wait(), which refuses it. */
+    if (arguments[2] == Py_None && microseconds != NULL && !PyLong_CheckExact(microseconds)) {
+        /* Python asks `microseconds == 0` (which may run code, or raise) before its type,
+         * when its fast path is set; either way it is _wait()'s to refuse or take. */
+        PyObject *fast = get_slot(self, slots.fast_poll);
+        if (fast == NULL) {
+            return NULL;
+        }
+        PyObject *zero = PyLong_FromLong(0);
+        int asked = fast == Py_None || zero == NULL
+                        ? (zero == NULL ? -1 : 0)
+                        : PyObject_RichCompareBool(microseconds, zero, Py_EQ);
+        Py_XDECREF(zero);
+        Py_DECREF(fast);
+        return asked < 0 ? NULL : general_wait(self, arguments);
+    }
     if (arguments[2] != Py_None || (microseconds != NULL && !is_int_zero(microseconds))) {
         return general_wait(self, arguments);
     }
