@@ -46,9 +46,13 @@ SOURCES = Path(iopoll.__file__).resolve().parent.parent  # where this session im
 
 
 def run_scenario(name: str, cls: str) -> subprocess.CompletedProcess[str]:
-    """Run scenario ``name`` on the driver class ``cls`` in a child with a debug allocator."""
+    """Run scenario ``name`` on the driver class ``cls`` in a child with a debug allocator
+    (or, under ``.ci/sanitizers``' ASan run, with ``PYTHONMALLOC=malloc``, which it keeps:
+    ASan then sees every object's memory and reports the first read after a free)."""
     path = [str(TESTS), str(SOURCES), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONMALLOC": "debug", "PYTHONPATH": os.pathsep.join(filter(None, path))}
+    allocator = "malloc" if os.environ.get("PYTHONMALLOC") == "malloc" else "debug"
+    imports = os.pathsep.join(filter(None, path))
+    env = {**os.environ, "PYTHONMALLOC": allocator, "PYTHONPATH": imports}
     return subprocess.run(
         [sys.executable, "-X", "faulthandler", "-m", "reentry_scenarios", name, cls],
         cwd=TESTS,
