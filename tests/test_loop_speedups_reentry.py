@@ -35,11 +35,16 @@ needs_greenlet = pytest.mark.skipif(
     importlib.util.find_spec("greenlet") is None, reason="greenlet is not installed"
 )
 
-# one test per scenario, named after it; runner_last hands out a greenlet's suspension
-PARAMS = [
-    pytest.param(name, marks=[needs_greenlet] if name == "runner_last" else [])
-    for name in SCENARIOS
-]
+# Since 3.12 a collection waits for the interpreter's next check between bytecodes: none
+# runs inside a C method, so gc_defer's finalizer runs after the C defer() returned, where
+# the Python one's runs inside it (both then do what they should; they only differ in when).
+collects_in_allocations = pytest.mark.skipif(
+    sys.version_info >= (3, 12), reason="no collection runs inside an allocation since 3.12"
+)
+MARKS = {"runner_last": [needs_greenlet], "gc_defer": [collects_in_allocations]}
+
+# one test per scenario, named after it
+PARAMS = [pytest.param(name, marks=MARKS.get(name, [])) for name in SCENARIOS]
 
 TESTS = Path(__file__).resolve().parent
 SOURCES = Path(iopoll.__file__).resolve().parent.parent  # where this session imports iopoll
