@@ -33,8 +33,8 @@ loop_tick(PyObject *self, PyObject *previous_idle)
             return NULL;
         }
         done = own_method(self, S.s_activate, loop_activate, enable_queue);
-        Py_XDECREF(done);
         waiting = done == NULL ? -1 : 0;
+        Py_XDECREF(done);
     }
     Py_DECREF(enable_queue);
     if (waiting < 0) {
@@ -52,9 +52,9 @@ loop_tick(PyObject *self, PyObject *previous_idle)
             && (queue = get_slot(self, S.queue)) != NULL) {
             done = DEQUE_EXTEND(queue, defers);
         }
+        waiting = done == NULL ? -1 : 1;
         Py_XDECREF(queue);
         Py_XDECREF(done);
-        waiting = done == NULL ? -1 : 1;
     }
     Py_DECREF(defers);
     if (waiting < 0) {
