@@ -161,11 +161,12 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
         if (fast == NULL) {
             return NULL;
         }
-        PyObject *zero = PyLong_FromLong(0);
-        int asked = fast == Py_None || zero == NULL
-                        ? (zero == NULL ? -1 : 0)
-                        : PyObject_RichCompareBool(microseconds, zero, Py_EQ);
-        Py_XDECREF(zero);
+        int asked = 0;
+        if (fast != Py_None) {
+            PyObject *zero = PyLong_FromLong(0);
+            asked = zero == NULL ? -1 : PyObject_RichCompareBool(microseconds, zero, Py_EQ);
+            Py_XDECREF(zero);
+        }
         Py_DECREF(fast);
         return asked < 0 ? NULL : general_wait(self, arguments);
     }

@@ -52,7 +52,6 @@ typedef struct {
     /* Their C functions (NULL: called through the descriptors; see c_method()). */
     PyCFunction deque_popleft_c, deque_append_c, deque_extend_c;
     PyObject *letters;       /* ("a", .., "z"): the last letter of an id */
-    PyObject *letters_a;     /* "a", the first id prefix */
     PyObject *check_callback, *check_seconds, *superseded;
     PyObject *zero; /* 0.0 */
     PyObject *s_now, *s_poll, *s_carry, *s_activate, *s_activate_stream, *s_blocking_timeout;

@@ -92,11 +92,12 @@ is_watcher(PyObject *watcher)
     return kind->tp_base == S.watcher_type || PyObject_TypeCheck(watcher, S.watcher_type);
 }
 
-/* watcher.<member>, a new reference (`typed`: is_watcher() said yes). */
+/* obj.<member>, a new reference: by offset when `typed` (obj is of the class the slot was
+ * found on), by name otherwise. */
 static inline PyObject *
-watcher_slot(PyObject *watcher, int typed, PyMemberDef *member)
+slot_or_attribute(PyObject *obj, int typed, PyMemberDef *member)
 {
-    return typed ? get_slot(watcher, member) : PyObject_GetAttrString(watcher, member->name);
+    return typed ? get_slot(obj, member) : PyObject_GetAttrString(obj, member->name);
 }
 
 /* One watcher of IoPollDriver._queue_ready's loop. */
@@ -104,7 +105,7 @@ static int
 queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
 {
     int typed = is_watcher(watcher);
-    PyObject *entry = watcher_slot(watcher, typed, S.w_data);
+    PyObject *entry = slot_or_attribute(watcher, typed, S.w_data);
     if (entry == NULL) {
         return -1;
     }
@@ -115,7 +116,7 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
         return done == NULL ? -1 : 0;
     }
     /* entry held from here: the lookup of an odd _triggered may run code */
-    PyObject *triggered = watcher_slot(watcher, typed, S.w_triggered);
+    PyObject *triggered = slot_or_attribute(watcher, typed, S.w_triggered);
     if (triggered == NULL) {
         Py_DECREF(entry);
         return -1;
@@ -143,14 +144,12 @@ queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
     int failed = 0;
     int slots = Py_IS_TYPE(entry, S.entry_type);
     if (wake & WAKE_READ) {
-        PyObject *readers = slots ? Py_XNewRef(peek(entry, S.e_readers))
-                                  : PyObject_GetAttrString(entry, "readers");
+        PyObject *readers = slot_or_attribute(entry, slots, S.e_readers);
         failed = readers == NULL || extend_with(queue, readers) < 0;
         Py_XDECREF(readers);
     }
     if (!failed && wake & WAKE_WRITE) {
-        PyObject *writers = slots ? Py_XNewRef(peek(entry, S.e_writers))
-                                  : PyObject_GetAttrString(entry, "writers");
+        PyObject *writers = slot_or_attribute(entry, slots, S.e_writers);
         failed = writers == NULL || extend_with(queue, writers) < 0;
         Py_XDECREF(writers);
     }

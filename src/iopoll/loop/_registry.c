@@ -130,6 +130,23 @@ unindexed_list(PyObject *self)
     return unindexed;
 }
 
+/* unindexed[i].enabled: 1, 0, or -1 with the error set; a record that is, with `kept`, is
+ * appended to it.  The record is held while it is read: an `enabled` that is not a bool may
+ * run code that changes the list. */
+static int
+enabled_at(PyObject *unindexed, Py_ssize_t i, PyObject *kept)
+{
+    PyObject *callback = Py_NewRef(PyList_GET_ITEM(unindexed, i));
+    int enabled = check_record(callback, S.callback_type, S.enabled) < 0
+                      ? -1
+                      : truth(callback, S.enabled);
+    if (enabled > 0 && kept != NULL && PyList_Append(kept, callback) < 0) {
+        enabled = -1;
+    }
+    Py_DECREF(callback);
+    return enabled;
+}
+
 /* CallbackRegistry._sweep_unindexed: _unindexed becomes a new list of its records that are
  * still enabled (the others ended). */
 PyObject *
@@ -141,16 +158,9 @@ loop_sweep_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     PyObject *kept = PyList_New(0);
     int failed = kept == NULL;
-    /* By index, the size read again each step, each record held while its `enabled` is
-     * read: an `enabled` that is not a bool may run code that changes the list, as in
-     * Python's compress() over it. */
+    /* By index, the size read again each step (as Python's compress() over the list). */
     for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(unindexed); i++) {
-        PyObject *callback = Py_NewRef(PyList_GET_ITEM(unindexed, i));
-        int enabled = check_record(callback, S.callback_type, S.enabled) < 0
-                          ? -1
-                          : truth(callback, S.enabled);
-        failed = enabled < 0 || (enabled && PyList_Append(kept, callback) < 0);
-        Py_DECREF(callback);
+        failed = enabled_at(unindexed, i, kept) < 0;
     }
     Py_DECREF(unindexed);
     if (failed) {
@@ -176,11 +186,7 @@ loop_tidy_unindexed(PyObject *self, PyObject *Py_UNUSED(ignored))
     Py_ssize_t ended = 0;
     int failed = 0;
     for (; ended < PyList_GET_SIZE(unindexed); ended++) {
-        PyObject *callback = Py_NewRef(PyList_GET_ITEM(unindexed, ended));
-        int enabled = check_record(callback, S.callback_type, S.enabled) < 0
-                          ? -1
-                          : truth(callback, S.enabled);
-        Py_DECREF(callback);
+        int enabled = enabled_at(unindexed, ended, NULL);
         if (enabled != 0) {
             failed = enabled < 0;
             break;
@@ -219,11 +225,7 @@ loop_tidy_if_due(PyObject *self)
             return 0;
         }
         Py_INCREF(unindexed); /* held, and its length read after the first's `enabled` */
-        PyObject *first = Py_NewRef(PyList_GET_ITEM(unindexed, 0));
-        int first_enabled = check_record(first, S.callback_type, S.enabled) < 0
-                                ? -1
-                                : truth(first, S.enabled);
-        Py_DECREF(first);
+        int first_enabled = enabled_at(unindexed, 0, NULL);
         Py_ssize_t length = PyList_GET_SIZE(unindexed);
         Py_DECREF(unindexed);
         if (first_enabled < 0) {

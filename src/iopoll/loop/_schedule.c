@@ -97,7 +97,7 @@ loop_carry(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     if (PyUnicode_CheckExact(prefix) && PyUnicode_IS_COMPACT_ASCII(prefix)) {
         if (PyUnicode_GET_LENGTH(prefix) == 0) {
-            next = Py_NewRef(S.letters_a);
+            next = Py_NewRef(PyTuple_GET_ITEM(S.letters, 0)); /* "a" */
         }
         else if ((next = successor(prefix)) == NULL && PyErr_Occurred()) {
             return NULL;

@@ -199,7 +199,6 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         }
         PyTuple_SET_ITEM(found.letters, i, text);
     }
-    found.letters_a = Py_NewRef(PyTuple_GET_ITEM(found.letters, 0));
     found.deque_type = (PyTypeObject *)import_from("collections", "deque");
     if (found.deque_type == NULL || !PyType_Check(found.deque_type)) {
         goto error;
