@@ -162,9 +162,9 @@ loop_poll(PyObject *self, PyObject *timeout)
         return NULL;
     }
     if (fallback) {
-        /* The fallback's streams are always ready: wait on neither poller. */
-        /* Each poller read just before its wait, and held through it, as Python reads
-         * them: the first wait may run code that replaces the fallback. */
+        /* The fallback's streams are always ready: wait on neither poller.  Each poller is
+         * read just before its wait and held through it, as Python reads them: the first
+         * wait may run code that replaces the fallback. */
         PyObject *zero = PyLong_FromLong(0);
         PyObject *poller = zero == NULL ? NULL : get_slot(self, S.poller);
         PyObject *first = poller == NULL ? NULL : call_wait(self, poller, zero);

@@ -252,8 +252,8 @@ suspension_switch_in(PyObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    /* The last one handed out, while its greenlet asks again. */
-    /* Held while its greenlet is asked for: getcurrent() may run code that drops it. */
+    /* The last one handed out, while its greenlet asks again; held while its greenlet is
+     * asked for (getcurrent() may run code that drops it). */
     PyObject *last = get_slot(self, G.last);
     if (last == NULL) {
         return NULL;
