@@ -479,6 +479,29 @@ def runner_last(cls: Driver) -> str:
 
 
 @scenario
+def runner_last_type(cls: Driver) -> str:
+    # runner_suspension (_suspend.c): the slots _greenlet and _dead of runner._last were read
+    # by offset whatever its type (Python reads them by name: duck typing, or AttributeError).
+    d: Any = cls()
+    runner = d._runner
+    main = d.get_suspension()  # greenlet now in use
+    seen: list[object] = []
+
+    class Stranger:  # not a Suspension, but with what suspension() asks of one
+        def _greenlet(self) -> None:
+            return None
+
+    runner._last = Stranger()
+    seen.append(d.get_suspension() is main)
+    runner._last = 3.5
+    try:
+        d.get_suspension()
+    except Exception as e:
+        seen.append(_error(e))
+    return repr(seen)
+
+
+@scenario
 def drain_type(cls: Driver) -> str:
     # loop_drain / activate_one read record slots by offset from whatever is queued, unchecked.
     d: Any = cls()

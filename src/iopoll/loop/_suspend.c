@@ -23,6 +23,7 @@ static struct {
     PyMemberDef *runner, *greenlet, *getcurrent, *main, *pending, *value, *error, *dead;
     /* LoopRunner */
     PyMemberDef *loop, *r_getcurrent, *last, *run_loop, *interrupt, *queue;
+    PyTypeObject *suspension_type; /* whose instances the Suspension slots are read from */
     PyObject *main_suspend;    /* Suspension.suspend: the main greenlet's suspend() */
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
     PyObject *suspended;       /* _suspension._SUSPENDED, sent to a parent by suspend() */
@@ -258,7 +259,9 @@ runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (last == NULL) {
         return NULL;
     }
-    if (last != Py_None) {
+    /* Read by offset only from a suspension of the class whose slots these are; anything
+     * else put in the private _last goes to the Python method, which reads it by name. */
+    if (last != Py_None && PyObject_TypeCheck(last, G.suspension_type)) {
         PyObject *ref = get_slot(last, G.greenlet);
         PyObject *getcurrent = ref == NULL ? NULL : get_slot(self, G.r_getcurrent);
         PyObject *owner = getcurrent == NULL ? NULL : PyObject_CallNoArgs(ref);
@@ -369,6 +372,7 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
         || !(G.interrupt = member_of(r, "interrupt")) || !(G.queue = member_of(r, "queue"))) {
         return -1;
     }
+    G.suspension_type = (PyTypeObject *)Py_NewRef(s);
     /* The parents' Python methods, which the C ones fall back on. */
     G.main_suspend = PyObject_GetAttrString((PyObject *)s->tp_base, "suspend");
     G.slow_suspension = PyObject_GetAttrString((PyObject *)r->tp_base, "suspension");
