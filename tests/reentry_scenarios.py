@@ -502,6 +502,53 @@ def runner_last_type(cls: Driver) -> str:
 
 
 @scenario
+def suspension_runner_type(cls: Driver) -> str:
+    # suspend, resume (_suspend.c): the slots loop, interrupt and queue of a suspension's
+    # _runner were read by offset whatever its type (Python reads them by name).
+    import greenlet
+
+    d: Any = cls()
+    main = d.get_suspension()
+    seen: list[object] = []
+
+    class Stranger:  # not a LoopRunner, but with what a suspension asks of one
+        loop = None
+
+        def interrupt(self, suspension: object) -> None:
+            seen.append(("interrupt", suspension is main))
+
+        def queue(self, task: tuple[object, ...]) -> None:
+            seen.append(("queue", len(task)))
+
+    def attempt(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception as e:
+            seen.append(_error(e))
+
+    for runner in (Stranger(), 3.5):
+        main._runner = runner
+        main._pending = True
+        attempt(lambda: main.resume(7))
+        main._main, main._pending = False, True
+        attempt(lambda: main.resume(8))
+        main._main = True
+
+    def task() -> object:
+        suspension = d.get_suspension()
+        suspension._runner = Stranger()
+        seen.append(("suspend returned", suspension.suspend()))
+        suspension._runner, suspension._pending = 3.5, False  # as if resumed
+        attempt(suspension.suspend)
+        return "done"
+
+    child = greenlet.greenlet(task)
+    seen.append(type(child.switch()).__name__)  # suspend() switched to its parent
+    seen.append(child.switch())
+    return repr(seen)
+
+
+@scenario
 def drain_type(cls: Driver) -> str:
     # loop_drain / activate_one read record slots by offset from whatever is queued, unchecked.
     d: Any = cls()

@@ -41,7 +41,8 @@ needs_greenlet = pytest.mark.skipif(
 collects_in_allocations = pytest.mark.skipif(
     sys.version_info >= (3, 12), reason="no collection runs inside an allocation since 3.12"
 )
-MARKS = {"runner_last": [needs_greenlet], "runner_last_type": [needs_greenlet], "gc_defer": [collects_in_allocations]}
+MARKS = {"runner_last": [needs_greenlet], "runner_last_type": [needs_greenlet],
+         "suspension_runner_type": [needs_greenlet], "gc_defer": [collects_in_allocations]}
 
 # one test per scenario, named after it
 PARAMS = [pytest.param(name, marks=MARKS.get(name, [])) for name in SCENARIOS]

@@ -24,6 +24,7 @@ static struct {
     /* LoopRunner */
     PyMemberDef *loop, *r_getcurrent, *last, *run_loop, *interrupt, *queue;
     PyTypeObject *suspension_type; /* whose instances the Suspension slots are read from */
+    PyTypeObject *runner_type;     /* and the LoopRunner slots */
     PyObject *main_suspend;    /* Suspension.suspend: the main greenlet's suspend() */
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
     PyObject *suspended;       /* _suspension._SUSPENDED, sent to a parent by suspend() */
@@ -57,6 +58,16 @@ discarded(PyObject *done)
     }
     Py_DECREF(done);
     Py_RETURN_NONE;
+}
+
+/* runner.<member>, a new reference: by offset from a runner of the class the slot was found
+ * on; by name from anything else a suspension's private _runner was set to, as Python reads
+ * it. */
+static PyObject *
+runner_slot(PyObject *runner, PyMemberDef *member)
+{
+    return PyObject_TypeCheck(runner, G.runner_type) ? get_slot(runner, member)
+                                                     : PyObject_GetAttrString(runner, member->name);
 }
 
 /* -- Suspension ------------------------------------------------------------------------ */
@@ -106,7 +117,7 @@ suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     put_bool(self, G.pending, 1);
     PyObject *runner = get_slot(self, G.runner);
-    PyObject *loop = runner == NULL ? NULL : peek(runner, G.loop);
+    PyObject *loop = runner == NULL ? NULL : runner_slot(runner, G.loop);
     PyObject *done = NULL;
     if (loop == owner) {
         done = call0(runner, G.s_hand_over); /* the loop goes on in a successor */
@@ -118,6 +129,7 @@ suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
             Py_DECREF(parent);
         }
     }
+    Py_XDECREF(loop);
     Py_XDECREF(runner);
     Py_DECREF(owner);
     if (done == NULL) {
@@ -191,12 +203,12 @@ suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     PyObject *done = NULL;
     /* What is called is held through the call: the code it runs may replace it. */
     if (main) {
-        PyObject *interrupt = get_slot(runner, G.interrupt);
+        PyObject *interrupt = runner_slot(runner, G.interrupt);
         done = interrupt == NULL ? NULL : PyObject_CallOneArg(interrupt, self);
         Py_XDECREF(interrupt);
     }
     else {
-        PyObject *queue = get_slot(runner, G.queue);
+        PyObject *queue = runner_slot(runner, G.queue);
         PyObject *switch_in = queue == NULL ? NULL : PyObject_GetAttr(self, G.s_switch_in);
         if (switch_in != NULL) {
             PyObject *task = PyTuple_Pack(2, switch_in, G.no_args);
@@ -373,6 +385,7 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
         return -1;
     }
     G.suspension_type = (PyTypeObject *)Py_NewRef(s);
+    G.runner_type = (PyTypeObject *)Py_NewRef(r);
     /* The parents' Python methods, which the C ones fall back on. */
     G.main_suspend = PyObject_GetAttrString((PyObject *)s->tp_base, "suspend");
     G.slow_suspension = PyObject_GetAttrString((PyObject *)r->tp_base, "suspension");
