@@ -549,6 +549,33 @@ def suspension_runner_type(cls: Driver) -> str:
 
 
 @scenario
+def driver_runner_type(cls: Driver) -> str:
+    # loop_drain, loop_run_microtasks, still_running (_dispatch.c): the loop slot of the
+    # driver's _runner was read by offset whatever its type (Python: runner.loop by name).
+    d: Any = cls()
+    seen: list[object] = []
+
+    class Stranger:  # not a LoopRunner, but with the loop a drain reads
+        loop = None
+
+    d._runner = Stranger()
+    d.defer(lambda cid: seen.append("deferred"))
+    d.queue(lambda: seen.append("microtask"))
+    d._tick(False)
+    d._drain()
+    d._run_microtasks()
+    d._runner = 3.5
+    d.defer(_ignore)
+    d._tick(False)
+    for step in (d._drain, d._run_microtasks):
+        try:
+            step()
+        except Exception as e:
+            seen.append(_error(e))
+    return repr(seen)
+
+
+@scenario
 def drain_type(cls: Driver) -> str:
     # loop_drain / activate_one read record slots by offset from whatever is queued, unchecked.
     d: Any = cls()

@@ -246,10 +246,11 @@ loop_poll(PyObject *self, PyObject *timeout)
 static int
 still_running(PyObject *runner, PyObject *me)
 {
-    PyObject *loop = peek(runner, S.runner_loop);
+    PyObject *loop = runner_loop(runner);
     if (loop == NULL) {
         return -1;
     }
+    Py_DECREF(loop); /* only its identity is used */
     if (loop != me) {
         PyErr_SetNone(S.superseded); /* the callback suspended: another greenlet runs the loop */
         return -1;
@@ -265,13 +266,14 @@ loop_run_microtasks(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (microtasks == NULL || runner == NULL) {
         return NULL;
     }
-    PyObject *me = peek(runner, S.runner_loop);
+    Py_INCREF(microtasks); /* held before runner_loop(): a getattr may run code */
+    Py_INCREF(runner);
+    PyObject *me = runner_loop(runner);
     if (me == NULL) {
+        Py_DECREF(microtasks);
+        Py_DECREF(runner);
         return NULL;
     }
-    Py_INCREF(microtasks);
-    Py_INCREF(runner);
-    Py_INCREF(me);
     /* A microtask's error ends run() only once the microtasks behind it ran (SPEC 9.1): the
      * queue stops for any other interrupt, not for that one. */
     PyObject *error = Py_NewRef(Py_None);
@@ -484,9 +486,10 @@ loop_drain(PyObject *self, PyObject *Py_UNUSED(ignored))
     PyObject *queue = Py_XNewRef(peek(self, S.queue));
     PyObject *callbacks = Py_XNewRef(peek(self, S.callbacks));
     PyObject *runner = Py_XNewRef(peek(self, S.runner));
-    PyObject *me = runner == NULL ? NULL : Py_XNewRef(peek(runner, S.runner_loop));
+    int failed = microtasks == NULL || queue == NULL || callbacks == NULL || runner == NULL;
+    PyObject *me = failed ? NULL : runner_loop(runner);
     PyObject *done;
-    int failed = microtasks == NULL || queue == NULL || callbacks == NULL || me == NULL;
+    failed = failed || me == NULL;
     Py_ssize_t left = failed ? -1 : length_of(microtasks);
     if (left > 0) {
         done = own_method(self, S.s_run_microtasks, loop_run_microtasks, NULL);

@@ -27,6 +27,7 @@ typedef struct {
     PyMemberDef *queue, *microtasks, *idle, *stopped, *interrupt, *runner;
     PyMemberDef *fallback_count, *registered, *poller, *fallback, *wakeup;
     PyMemberDef *runner_loop; /* LoopRunner.loop */
+    PyTypeObject *runner_type; /* LoopRunner, whose slot that is */
     /* Callback and its kinds */
     PyMemberDef *id, *fn, *enabled, *referenced, *invokable, *queued, *indexed;
     PyMemberDef *interval, *expiration, *entry; /* TimerCallback */
@@ -420,6 +421,16 @@ check_record(PyObject *obj, PyTypeObject *type, PyMemberDef *member)
                                       "not '%.200s' objects", kind->tp_name);
     }
     return -1;
+}
+
+/* runner.loop, a new reference, for the driver's private _runner: by offset from a
+ * LoopRunner, by name from anything else put there, as Python reads it. */
+static inline PyObject *
+runner_loop(PyObject *runner)
+{
+    return PyObject_TypeCheck(runner, S.runner_type)
+               ? get_slot(runner, S.runner_loop)
+               : PyObject_GetAttrString(runner, S.runner_loop->name);
 }
 
 /* The suspension round trip (_suspend.c): the driver's get_suspension(), put on it by

@@ -187,6 +187,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         goto error;
     }
     found.driver_type = (PyTypeObject *)Py_NewRef(driver_type);
+    found.runner_type = (PyTypeObject *)Py_NewRef(runner_type);
     found.letters = PyTuple_New(26);
     if (found.letters == NULL) {
         goto error;
