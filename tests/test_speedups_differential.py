@@ -1094,6 +1094,62 @@ def test_eintr_with_a_handler_that_closes_the_context_and_opens_another(
     assert _close_and_reopen_in_handler(module, pairs) == (True, True)
 
 
+NESTING_BACKENDS = [
+    pytest.param(backend, id=backend.name)
+    for backend in (Backend.EPOLL, Backend.POLL, Backend.SELECT)
+    if backend.is_available()
+]
+
+
+def _nested_in_handler(module: ModuleType, backend: Backend, make: MakePair) -> list[Any]:
+    """A SIGALRM handler that sends a byte and calls wait() on the Context whose blocking
+    wait it interrupted; then the outer wait goes on (PEP 475) and finds the byte."""
+    a, b = make()
+    transcript: list[Any] = []
+    with module.Context(backend) as ctx:
+        ctx.add(b, READ, "reader")
+        once = ctx.add(a, WRITE | ONESHOT, "once")
+        assert ctx.wait(0.0) == [once]  # the one-shot fires once, and is disarmed
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            a.send(b"x")
+            transcript.append(("nested", _labels(ctx.wait(0.0))))
+            once.modify(WRITE | ONESHOT, "once")  # armed again, by the handler
+
+        with sigalrm(handler, 0.05):
+            outer = ctx.wait(5.0)
+        transcript.append(("outer", _labels(outer)))
+        transcript.append(("after", _labels(ctx.wait(0.0))))
+    return transcript
+
+
+@needs_sigalrm
+@pytest.mark.parametrize("backend", NESTING_BACKENDS)
+@pytest.mark.parametrize("module", MODULES)
+def test_a_wait_nested_in_a_signal_handler(
+    module: ModuleType, backend: Backend, pairs: MakePair
+) -> None:
+    """A handler may wait on the Context whose blocking wait it interrupted, on every backend
+    and on both paths.  CPython's select.poll refuses a poll() while one of its own runs, so
+    POLL's Python path used to raise RuntimeError there, where its C path (polling the array
+    itself) and EPOLL went on: the nested wait now polls a poll object of its own."""
+    reader, written = ("reader", int(READ)), ("once", int(WRITE))
+    # The one-shot the handler re-armed: epoll's retried call sees it (the kernel's set
+    # changed), and it is then disarmed; poll() and select() are retried on the set they
+    # were first given, so it is the next wait's.
+    if backend is Backend.EPOLL:
+        outer, after = [reader, written], [reader]
+    else:
+        outer, after = [reader], [reader, written]
+    assert _nested_in_handler(module, backend, pairs) == [
+        ("nested", [reader]),
+        ("outer", outer),
+        ("after", after),
+    ]
+
+
+# -- a handle whose fileno() starts to raise after add() ----------------------------------------
 # -- a handle whose fileno() starts to raise after add() ----------------------------------------
 
 

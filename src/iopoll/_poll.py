@@ -134,4 +134,19 @@ class PollMechanism(Mechanism):
 
     def poll(self, timeout: float, max_events: int) -> list[tuple[int, int]]:
         # poll() takes milliseconds; a negative timeout means forever, as ours does.
-        return self._wait_ms(timeout * 1000.0)
+        try:
+            return self._wait_ms(timeout * 1000.0)
+        except RuntimeError:
+            # CPython's poll object refuses a poll() while one of its own runs ("concurrent
+            # poll() invocation"): a wait() nested in a signal handler, during a blocking
+            # one.  That wait polls a poll object of its own, as the C path does (and as
+            # EPOLL allows); the outer poll goes on with its own when the handler returns.
+            return self._copy().poll(timeout * 1000.0)
+
+    def _copy(self) -> select.poll:
+        """A new poll object with this poll set, in the array's order (the poll object's)."""
+        copy = select.poll()
+        for fd, mask, _ in _POLLFD.iter_unpack(self.native_pollfds):
+            if fd != _NO_FD:
+                copy.register(fd, mask)
+        return copy
