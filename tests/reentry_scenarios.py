@@ -51,6 +51,14 @@ def _ignore(callback_id: str) -> None:
     pass
 
 
+def _attempt(seen: list[object], fn: Callable[[], object]) -> None:
+    """Call ``fn``; note the exception it raises, if any."""
+    try:
+        fn()
+    except Exception as e:
+        seen.append(_error(e))
+
+
 # -- counters and ids: a number's __add__ rebinds the slot it was read from -----------------------
 
 
@@ -494,10 +502,7 @@ def runner_last_type(cls: Driver) -> str:
     runner._last = Stranger()
     seen.append(d.get_suspension() is main)
     runner._last = 3.5
-    try:
-        d.get_suspension()
-    except Exception as e:
-        seen.append(_error(e))
+    _attempt(seen, d.get_suspension)
     return repr(seen)
 
 
@@ -520,18 +525,12 @@ def suspension_runner_type(cls: Driver) -> str:
         def queue(self, task: tuple[object, ...]) -> None:
             seen.append(("queue", len(task)))
 
-    def attempt(fn: Callable[[], object]) -> None:
-        try:
-            fn()
-        except Exception as e:
-            seen.append(_error(e))
-
     for runner in (Stranger(), 3.5):
         main._runner = runner
         main._pending = True
-        attempt(lambda: main.resume(7))
+        _attempt(seen, lambda: main.resume(7))
         main._main, main._pending = False, True
-        attempt(lambda: main.resume(8))
+        _attempt(seen, lambda: main.resume(8))
         main._main = True
 
     def task() -> object:
@@ -539,7 +538,7 @@ def suspension_runner_type(cls: Driver) -> str:
         suspension._runner = Stranger()
         seen.append(("suspend returned", suspension.suspend()))
         suspension._runner, suspension._pending = 3.5, False  # as if resumed
-        attempt(suspension.suspend)
+        _attempt(seen, suspension.suspend)
         return "done"
 
     child = greenlet.greenlet(task)
@@ -567,11 +566,8 @@ def driver_runner_type(cls: Driver) -> str:
     d._runner = 3.5
     d.defer(_ignore)
     d._tick(False)
-    for step in (d._drain, d._run_microtasks):
-        try:
-            step()
-        except Exception as e:
-            seen.append(_error(e))
+    _attempt(seen, d._drain)
+    _attempt(seen, d._run_microtasks)
     return repr(seen)
 
 
