@@ -423,12 +423,22 @@ check_record(PyObject *obj, PyTypeObject *type, PyMemberDef *member)
     return -1;
 }
 
+/* PyObject_TypeCheck(obj, type), with the usual cases (the class itself, or a direct
+ * subclass such as the accelerated drivers' NativeLoopRunner) told without a walk of the
+ * MRO. */
+static inline int
+of_class(PyObject *obj, PyTypeObject *type)
+{
+    PyTypeObject *kind = Py_TYPE(obj);
+    return kind == type || kind->tp_base == type || PyType_IsSubtype(kind, type);
+}
+
 /* runner.loop, a new reference, for the driver's private _runner: by offset from a
  * LoopRunner, by name from anything else put there, as Python reads it. */
 static inline PyObject *
 runner_loop(PyObject *runner)
 {
-    return PyObject_TypeCheck(runner, S.runner_type)
+    return of_class(runner, S.runner_type)
                ? get_slot(runner, S.runner_loop)
                : PyObject_GetAttrString(runner, S.runner_loop->name);
 }

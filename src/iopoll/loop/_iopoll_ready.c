@@ -82,16 +82,6 @@ extend_with(PyObject *queue, PyObject *callbacks)
     return done == NULL ? -1 : 0;
 }
 
-/* Whether `watcher` is a Watcher, whose slots are read by offset; anything else a
- * subclass's _wait() may return is read by name, as Python reads it.  The usual one is of
- * the Context's own Watcher class, a direct subclass: told without a walk of its bases. */
-static inline int
-is_watcher(PyObject *watcher)
-{
-    PyTypeObject *kind = Py_TYPE(watcher);
-    return kind->tp_base == S.watcher_type || PyObject_TypeCheck(watcher, S.watcher_type);
-}
-
 /* obj.<member>, a new reference: by offset when `typed` (obj is of the class the slot was
  * found on), by name otherwise. */
 static inline PyObject *
@@ -104,7 +94,9 @@ slot_or_attribute(PyObject *obj, int typed, PyMemberDef *member)
 static int
 queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)
 {
-    int typed = is_watcher(watcher);
+    /* A Watcher's slots are read by offset; anything else a subclass's _wait() may return,
+     * by name, as Python reads it. */
+    int typed = of_class(watcher, S.watcher_type);
     PyObject *entry = slot_or_attribute(watcher, typed, S.w_data);
     if (entry == NULL) {
         return -1;
