@@ -593,6 +593,25 @@ def _both_agree(scenario: Callable[[ModuleType], list[Any]]) -> None:
     assert scenario(iopoll) == scenario(pure_iopoll)
 
 
+# -- what a subclass's _wait() returns ----------------------------------------------------------
+
+
+@needs_fast_backend
+@pytest.mark.parametrize("module", MODULES)
+def test_wait_returns_what_a_subclass_wait_returns(module: ModuleType, pairs: MakePair) -> None:
+    """wait() hands the general path's result back as it is, even None (the C path once
+    took a None for its own "the watchers are in my array" and returned [])."""
+    _, b = pairs()
+
+    class Odd(module.Context):  # type: ignore[name-defined,misc]
+        def _wait(self, *args: Any) -> None:
+            return None
+
+    with Odd(FAST_BACKEND) as ctx:
+        ctx.add(b, READ, "reader")
+        assert ctx.wait(0, 0, 1) is None  # max_events: the general path
+
+
 # -- one-shot -----------------------------------------------------------------------------------
 
 

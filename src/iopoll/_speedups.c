@@ -142,8 +142,10 @@ take_report(PyObject *report, PyObject *watchers, PyObject *low, PyObject *decod
     return handled;
 }
 
-/* wait(*arguments) (timeout, microseconds or NULL for 0, max_events): a list, or None
- * when the fast path put the watchers in `held` instead (fast_wait() and wait_each()). */
+/* wait(*arguments) (timeout, microseconds or NULL for 0, max_events): what the wait
+ * returns, or None when the fast path put the watchers in `held` instead, which it then
+ * says with a count of 0 or more (the caller sets -1 first: a None from a subclass's
+ * _wait() or _finish_wait() is returned as it is, as Python's wait() returns it). */
 static PyObject *
 wait_with(PyObject *self, PyObject **arguments, Held *held)
 {
@@ -379,10 +381,10 @@ fast_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     }
     Held held;
-    held.count = 0;
+    held.count = -1;
     PyObject *result = wait_with(self, arguments, &held);
-    if (result != Py_None) {
-        return result; /* a list, or NULL */
+    if (held.count < 0) {
+        return result; /* the general path's result, a list from the fast path, or NULL */
     }
     Py_DECREF(result);
     if ((result = PyList_New(held.count)) == NULL) {
@@ -404,14 +406,14 @@ static Py_ssize_t
 wait_each(PyObject *self, PyObject *timeout, IopollVisit visit, void *arg)
 {
     Held held;
-    held.count = 0;
+    held.count = -1;
     PyObject *arguments[3] = {timeout, NULL, Py_None};
     PyObject *result = wait_with(self, arguments, &held);
     if (result == NULL) {
         return -1;
     }
     Py_ssize_t visited = 0;
-    if (result == Py_None) {
+    if (held.count >= 0) {
         int failed = 0;
         for (Py_ssize_t i = 0; i < held.count; i++) {
             failed = failed || visit(arg, held.held[i]) < 0;

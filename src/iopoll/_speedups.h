@@ -60,7 +60,8 @@ extern Slots slots;
 #define STACK_REPORTS 256
 
 /* Where the fast path puts the ready watchers while their probes run Python code, instead
- * of a list that code could reach: new references, `count` of them.  wait() makes its
+ * of a list that code could reach: new references, `count` of them (-1: none put here, the
+ * result is what the call returned).  wait() makes its
  * list of them afterwards; wait_each() (_wait_api.h) visits them.  Only a result of up to
  * STACK_REPORTS watchers goes here; a larger one, and every result of the general path,
  * is a list. */
