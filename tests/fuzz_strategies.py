@@ -79,11 +79,25 @@ settings.register_profile(
     suppress_health_check=_SLOW_OK,
     print_blob=True,
 )
-# HYPOTHESIS_PROFILE=ci (or the profile's own name) picks the long run; anything else, or
-# nothing, the default one.  Applied per test, so other tests' settings are left alone.
-_PROFILE = {"ci": "iopoll-fuzz-ci", "iopoll-fuzz-ci": "iopoll-fuzz-ci"}.get(
-    os.environ.get("HYPOTHESIS_PROFILE", ""), "iopoll-fuzz"
+# A bug hunt by hand, ten times CI's run unless IOPOLL_FUZZ_EXAMPLES says how many (with
+# PYTHONMALLOC=debug, 3,000 take about 35 minutes for the fuzz files on the C paths).
+settings.register_profile(
+    "iopoll-fuzz-hunt",
+    max_examples=int(os.environ.get("IOPOLL_FUZZ_EXAMPLES", "3000")),
+    stateful_step_count=300,
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+    print_blob=True,
 )
+# HYPOTHESIS_PROFILE=ci (or the profile's own name) picks the long run, =hunt the hunt;
+# anything else, or nothing, the default one.  Applied per test, so other tests' settings
+# are left alone.
+_PROFILE = {
+    "ci": "iopoll-fuzz-ci",
+    "iopoll-fuzz-ci": "iopoll-fuzz-ci",
+    "hunt": "iopoll-fuzz-hunt",
+    "iopoll-fuzz-hunt": "iopoll-fuzz-hunt",
+}.get(os.environ.get("HYPOTHESIS_PROFILE", ""), "iopoll-fuzz")
 FUZZ = settings(settings.get_profile(_PROFILE))
 
 
