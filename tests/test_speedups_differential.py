@@ -1168,7 +1168,27 @@ def test_a_wait_nested_in_a_signal_handler(
     ]
 
 
-# -- a handle whose fileno() starts to raise after add() ----------------------------------------
+@needs_sigalrm
+@pytest.mark.parametrize("backend", NESTING_BACKENDS)
+@pytest.mark.parametrize("module", MODULES)
+def test_a_handlers_runtime_error_leaves_the_wait(
+    module: ModuleType, backend: Backend, pairs: MakePair
+) -> None:
+    """A RuntimeError from a signal handler is the handler's, not the poll object's refusal
+    of a nested poll(): it leaves wait() at once, as any handler's exception does."""
+    _, b = pairs()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise RuntimeError("from the handler")
+
+    with module.Context(backend) as ctx:
+        ctx.add(b, READ, "reader")
+        started = time.monotonic()
+        with sigalrm(handler, 0.05, 1.0), pytest.raises(RuntimeError, match="from the handler"):
+            ctx.wait(5.0)
+        assert time.monotonic() - started < 1.0
+
+
 # -- a handle whose fileno() starts to raise after add() ----------------------------------------
 
 

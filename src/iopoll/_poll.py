@@ -136,7 +136,10 @@ class PollMechanism(Mechanism):
         # poll() takes milliseconds; a negative timeout means forever, as ours does.
         try:
             return self._wait_ms(timeout * 1000.0)
-        except RuntimeError:
+        except RuntimeError as exc:
+            traceback = exc.__traceback__
+            if traceback is None or traceback.tb_next is not None:
+                raise  # a signal handler's, from a frame below: it leaves wait() (PEP 475)
             # CPython's poll object refuses a poll() while one of its own runs ("concurrent
             # poll() invocation"): a wait() nested in a signal handler, during a blocking
             # one.  That wait polls a poll object of its own, as the C path does (and as
