@@ -25,6 +25,7 @@ import struct
 import sys
 from typing import ClassVar
 
+from _iopoll_core.errors import raised_by_backend
 from _iopoll_core.events import DecodeTable, Event, decode_table, flag_encoder
 from _iopoll_core.mechanism import Mechanism
 from _iopoll_core.process_handles import PIDFD_AVAILABLE
@@ -137,9 +138,8 @@ class PollMechanism(Mechanism):
         try:
             return self._wait_ms(timeout * 1000.0)
         except RuntimeError as exc:
-            traceback = exc.__traceback__
-            if traceback is None or traceback.tb_next is not None:
-                raise  # a signal handler's, from a frame below: it leaves wait() (PEP 475)
+            if not raised_by_backend(exc, type(self)):
+                raise  # a signal handler's: it leaves wait() (PEP 475)
             # CPython's poll object refuses a poll() while one of its own runs ("concurrent
             # poll() invocation"): a wait() nested in a signal handler, during a blocking
             # one.  That wait polls a poll object of its own, as the C path does (and as

@@ -433,14 +433,20 @@ of_class(PyObject *obj, PyTypeObject *type)
     return kind == type || kind->tp_base == type || PyType_IsSubtype(kind, type);
 }
 
-/* runner.loop, a new reference, for the driver's private _runner: by offset from a
- * LoopRunner, by name from anything else put there, as Python reads it. */
+/* obj.<member>, a new reference: by offset when `typed` (obj is of the class the slot was
+ * found on), by name otherwise, as Python reads it. */
+static inline PyObject *
+slot_or_attribute(PyObject *obj, int typed, PyMemberDef *member)
+{
+    return typed ? get_slot(obj, member) : PyObject_GetAttrString(obj, member->name);
+}
+
+/* runner.loop, a new reference, for the driver's private _runner (a LoopRunner, or
+ * anything else put there). */
 static inline PyObject *
 runner_loop(PyObject *runner)
 {
-    return of_class(runner, S.runner_type)
-               ? get_slot(runner, S.runner_loop)
-               : PyObject_GetAttrString(runner, S.runner_loop->name);
+    return slot_or_attribute(runner, of_class(runner, S.runner_type), S.runner_loop);
 }
 
 /* The suspension round trip (_suspend.c): the driver's get_suspension(), put on it by

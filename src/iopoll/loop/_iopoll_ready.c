@@ -82,14 +82,6 @@ extend_with(PyObject *queue, PyObject *callbacks)
     return done == NULL ? -1 : 0;
 }
 
-/* obj.<member>, a new reference: by offset when `typed` (obj is of the class the slot was
- * found on), by name otherwise. */
-static inline PyObject *
-slot_or_attribute(PyObject *obj, int typed, PyMemberDef *member)
-{
-    return typed ? get_slot(obj, member) : PyObject_GetAttrString(obj, member->name);
-}
-
 /* One watcher of IoPollDriver._queue_ready's loop. */
 static int
 queue_one(PyObject *self, PyObject *queue, PyObject *wakeup, PyObject *watcher)

@@ -60,14 +60,12 @@ discarded(PyObject *done)
     Py_RETURN_NONE;
 }
 
-/* runner.<member>, a new reference: by offset from a runner of the class the slot was found
- * on; by name from anything else a suspension's private _runner was set to, as Python reads
- * it. */
-static PyObject *
+/* runner.<member>, a new reference, for a suspension's private _runner (a LoopRunner, or
+ * anything else put there). */
+static inline PyObject *
 runner_slot(PyObject *runner, PyMemberDef *member)
 {
-    return PyObject_TypeCheck(runner, G.runner_type) ? get_slot(runner, member)
-                                                     : PyObject_GetAttrString(runner, member->name);
+    return slot_or_attribute(runner, of_class(runner, G.runner_type), member);
 }
 
 /* -- Suspension ------------------------------------------------------------------------ */
@@ -273,7 +271,7 @@ runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     /* Read by offset only from a suspension of the class whose slots these are; anything
      * else put in the private _last goes to the Python method, which reads it by name. */
-    if (last != Py_None && PyObject_TypeCheck(last, G.suspension_type)) {
+    if (last != Py_None && of_class(last, G.suspension_type)) {
         PyObject *ref = get_slot(last, G.greenlet);
         PyObject *getcurrent = ref == NULL ? NULL : get_slot(self, G.r_getcurrent);
         PyObject *owner = getcurrent == NULL ? NULL : PyObject_CallNoArgs(ref);
