@@ -490,3 +490,32 @@ def test_cancelled_reader_handle_unregisters_its_fd_when_ready(make_loop: Any) -
         a.close()
         b.close()
         loop.close()
+
+
+@pytest.mark.parametrize("backend", Backend.available_backends(), ids=lambda b: b.name)
+def test_add_reader_on_a_reused_fd_number_after_a_close_without_remove_reader(
+    backend: Backend,
+) -> None:
+    """A socket closed without remove_reader() leaves its key; add_reader() on the new
+    socket that takes its number modifies that key, and the new socket's reader is called
+    (the stdlib's EpollSelector leaves the new socket unwatched)."""
+    loop = Loop(IoPollSelector(backend))
+    a, b = socket.socketpair()
+    try:
+        loop.add_reader(a, lambda: None)
+        fd = a.fileno()
+        a.close()
+        b.close()
+        c, d = socket.socketpair()
+        with c, d:
+            new, peer = (c, d) if c.fileno() == fd else (d, c)
+            assert new.fileno() == fd
+            called: list[bytes] = []
+            loop.add_reader(new, lambda: called.append(new.recv(100)))
+            peer.send(b"for the new socket")
+            loop.call_later(0.5, loop.stop)
+            loop._run_once()
+            assert called == [b"for the new socket"]
+            loop.remove_reader(new)
+    finally:
+        loop.close()

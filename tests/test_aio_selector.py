@@ -322,6 +322,38 @@ def test_fd_number_reuse(selector: IoPollSelector) -> None:
         selector.unregister(new)
 
 
+@pytest.mark.parametrize("given", ["socket", "fd"])
+def test_fd_number_reuse_with_the_same_events(selector: IoPollSelector, given: str) -> None:
+    # asyncio's add_reader on a new socket whose number a closed one still holds a reader
+    # key for: a modify() with the same events and new data.  epoll dropped the old file's
+    # registration when it closed; the new file must be watched all the same.
+    a, b = socket.socketpair()
+    fd = a.fileno()
+    selector.register(a, R, "old")
+    a.close()
+    b.close()
+    c, d = socket.socketpair()
+    with c, d:
+        new, peer = (c, d) if c.fileno() == fd else (d, c)
+        assert new.fileno() == fd
+        selector.modify(new if given == "socket" else fd, R, "new")
+        peer.send(b"for the new socket")
+        assert [(key.data, events) for key, events in selector.select(1)] == [("new", R)]
+        selector.unregister(new)
+
+
+def test_a_change_of_data_alone_leaves_the_registration(selector: IoPollSelector) -> None:
+    # The same object, new data: the key changes and the fd stays watched as it was.
+    a, b = socket.socketpair()
+    with a, b:
+        first = selector.register(a, R, "first")
+        second = selector.modify(a, R, "second")
+        assert (second.fileobj, second.events, second.data) == (a, R, "second")
+        assert selector.get_key(a) is second and first.data == "first"
+        b.send(b"x")
+        assert [(key.data, events) for key, events in selector.select(1)] == [("second", R)]
+
+
 def test_fd_closed_while_registered_is_reported_at_most_once(
     backend: Backend, selector: IoPollSelector
 ) -> None:

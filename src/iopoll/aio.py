@@ -224,13 +224,17 @@ class IoPollSelector(selectors.BaseSelector):
     def modify(self, fileobj: _FileObj, events: int, data: Any = None) -> SelectorKey:
         """Change what ``fileobj`` is registered for, and its data.
 
-        A change of data alone makes no system call.  If the backend refuses the new
-        events, ``fileobj`` is unregistered and the error raised (as the standard library
-        does).
+        A change of data alone, for the object registered, makes no system call; given
+        another object with the same fd (a new file reusing the number of a closed one),
+        the new file is registered.  If the backend refuses the new events, ``fileobj`` is
+        unregistered and the error raised (as the standard library does).
         """
         fd = self._registered_fd(fileobj)
         key = self._fd_to_key[fd]
-        if events != key.events:
+        # Another object for the key's number may be a new file that reuses it (asyncio's
+        # add_reader after a close without remove_reader), which epoll and kqueue dropped
+        # with the old one: the system call registers it again.
+        if events != key.events or (fileobj is not key.fileobj and fileobj != key.fileobj):
             _check_events(events)
             key = SelectorKey(key.fileobj, fd, events, data)
             try:
