@@ -471,6 +471,7 @@ STREAM_FLAGS = [
 ]
 NON_STREAM = [Event.TIMER, Event.NOTIFY, Event.SIGNAL, Event.PROCESS]
 NON_STREAM_BITS = Event.TIMER | Event.NOTIFY | Event.SIGNAL | Event.PROCESS
+MEMBER_BITS = sum(member.value for member in Event)
 # Items no events iterable may hold.
 _JUNK_ITEMS: list[object] = [1, 0, int(Event.READ), "READ", None, True, 1.0, b"\x01", Junk()]
 
@@ -507,11 +508,12 @@ def _union(items: Sequence[object]) -> int:
 
 def events_faults(bits: int, *, junk: bool = False) -> Faults:
     """SPEC 4: events not an ``Event`` (or an iterable holding something else) is a
-    ``TypeError``; empty, or a non-stream event (SPEC 10), a ``ValueError``."""
+    ``TypeError``; empty, a non-stream event (SPEC 10) or bits no member has (this
+    project's rule), a ``ValueError``."""
     faults: set[type[BaseException]] = set()
     if junk:
         faults.add(TypeError)
-    elif not bits:
+    elif not bits or bits & ~MEMBER_BITS:
         faults.add(ValueError)
     if bits & NON_STREAM_BITS:
         faults.add(ValueError)
@@ -547,7 +549,9 @@ def events_args(draw: st.DrawFn, *, valid: bool | None = None) -> Arg:
             return const(repr(value), value, bits=bits, names=("events",))
         make = _CONTAINERS[form]
         return Arg(f"{form}({members!r})", lambda: make(list(members)), bits=bits)
-    kind = draw(st.sampled_from(["empty", "non-stream", "junk-item", "not-iterable"]))
+    kind = draw(
+        st.sampled_from(["empty", "non-stream", "unknown-bits", "junk-item", "not-iterable"])
+    )
     if kind == "not-iterable":
         junk = draw(st.sampled_from([*_JUNK_ITEMS, 1.5, 2**70, -1, object()]))
         return const(f"not-iterable {junk!r}", junk, frozenset({TypeError}), names=("events",))
@@ -559,6 +563,11 @@ def events_args(draw: st.DrawFn, *, valid: bool | None = None) -> Arg:
         items = [
             *draw(st.lists(st.sampled_from(STREAM_FLAGS), max_size=2)),
             *draw(st.lists(st.sampled_from(NON_STREAM), min_size=1, max_size=2)),
+        ]
+    elif kind == "unknown-bits":  # an IntFlag keeps them: Event.READ | select.EPOLLET
+        items = [
+            *draw(st.lists(st.sampled_from(STREAM_FLAGS), max_size=2)),
+            Event(1 << draw(st.integers(MEMBER_BITS.bit_length(), 40))),
         ]
     else:
         form = draw(st.sampled_from(list(_CONTAINERS)))

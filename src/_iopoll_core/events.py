@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 from collections.abc import Callable, Iterable
 
 __all__ = [
@@ -66,6 +67,9 @@ class ErrorCode(enum.IntEnum):
 NON_STREAM_EVENTS = Event.TIMER | Event.NOTIFY | Event.SIGNAL | Event.PROCESS
 MODES = Event.ONESHOT | Event.EDGE_TRIGGERED
 NO_EVENTS = Event(0)
+# Every member's bit, as an int: an IntFlag keeps bits no member has (Event(1 << 28), or
+# Event.READ | select.EPOLLET), and ~ on an Event inverts within the members only.
+_MEMBER_BITS = functools.reduce(operator.or_, (member.value for member in Event), 0)
 
 
 def flag_encoder(pairs: Iterable[tuple[Event, int]]) -> Callable[[int], int]:
@@ -184,6 +188,14 @@ def _checked_events(value: Event, kind: Event, handle_name: str) -> Event:
     """``coerce_events``'s rules for one ``Event`` (errors are raised, never cached)."""
     if not value:
         raise ValueError("events must not be empty")
+    unknown = value.value & ~_MEMBER_BITS
+    if unknown:
+        # Refused rather than ignored: Event.READ | select.EPOLLET would otherwise watch
+        # level-triggered without a word.
+        raise ValueError(
+            f"events must be made of Event flags only, not {value.value:#x} "
+            + (f"(the bits {unknown:#x} are no Event's)" if unknown > 0 else "(negative)")
+        )
     if kind:
         # Its own event, and ONESHOT if asked; never EDGE_TRIGGERED or a stream's events.
         if value & ~Event.ONESHOT != kind:

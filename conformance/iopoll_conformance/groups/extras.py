@@ -278,6 +278,33 @@ class StrictExtraRules:
         with pytest.raises(TypeError, match="microseconds"):
             ctx.wait(0, True)
 
+    def test_events_with_bits_no_member_has_are_value_error(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """An Event holding bits that no member has is a ValueError naming events, from add,
+        modify and modify_events alike, and leaves nothing registered or changed.
+
+        SPEC 4 refuses what is not an Event, and an empty one; an IntFlag keeps bits it has
+        no member for, so ``Event.READ | select.EPOLLET`` is an Event.  Ignored, it would
+        watch level-triggered without a word.
+        """
+        a, b = pair
+        e = api.Event
+        unknown = [e.READ | e(1 << 28), e(1 << 30), [e.READ, e(1 << 29)]]
+        for bad in unknown:
+            with pytest.raises(ValueError, match="events"):
+                ctx.add(a, bad)
+        assert len(ctx) == 0
+        watcher = ctx.add(a, e.READ, "kept")
+        for bad in unknown:
+            with pytest.raises(ValueError, match="events"):
+                watcher.modify(bad, "new")
+            with pytest.raises(ValueError, match="events"):
+                watcher.modify_events(bad)
+        assert (watcher.watched_events, watcher.data) == (e.READ, "kept")
+        b.send(b"x")
+        assert reported(ctx.wait(1)) == {"kept": e.READ}
+
     # -- SPEC 6.2 and 6.5: flags -----------------------------------------------------------
 
     def test_poll_event_priority_unsupported(
