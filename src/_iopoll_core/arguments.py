@@ -37,7 +37,9 @@ def timeout_seconds(timeout: object, microseconds: object = 0) -> float:
             raise ValueError("microseconds must be 0 when timeout is None")
         return FOREVER
     if isinstance(timeout, bool):
-        raise TypeError("timeout must be None, a number of seconds or a timedelta, not bool")
+        raise TypeError(
+            "timeout must be None, a number of seconds or a datetime.timedelta, not bool"
+        )
     if isinstance(timeout, int):
         if timeout < 0:
             raise ValueError(f"timeout must not be negative, not {timeout}")

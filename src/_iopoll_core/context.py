@@ -209,7 +209,10 @@ class Context(GeneralWait):
         try:
             fd = handle.fileno()
         except (OSError, ValueError) as exc:
-            raise InvalidHandleError(f"Invalid handle for polling: {exc}") from exc
+            # io.BytesIO's fileno() raises UnsupportedOperation("fileno"): say what failed.
+            raise InvalidHandleError(
+                f"Invalid handle for polling: its fileno() raised {type(exc).__name__}: {exc}"
+            ) from exc
         if type(fd) is not int or fd < 0:
             raise InvalidHandleError(f"Invalid handle for polling: fileno() returned {fd!r}")
         if fd > MAX_FD:

@@ -415,8 +415,11 @@ class ContextState(_Uncopyable):
             return error(f"{what}: {exc}", exc.code)
         mechanism = self._usable
         code = None if mechanism is None else mechanism.errno_codes.get(exc.errno or 0)
+        # The OS's words for a kind of file the backend cannot watch (epoll's EPERM for a
+        # regular file) do not say so: the message does.
+        cannot = " cannot watch this kind of file" if code is ErrorCode.NOSUPPORT else ""
         return error(
-            f"{what}: {exc.strerror or exc} (backend {self._backend.name})",
+            f"{what}: {exc.strerror or exc} (backend {self._backend.name}{cannot})",
             code or code_for_errno(exc.errno),
             exc.errno,
         )

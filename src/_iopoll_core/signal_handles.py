@@ -180,7 +180,7 @@ class SignalHandle(SourceHandle):
         chosen = set()
         for signum in signals:
             if isinstance(signum, bool) or not isinstance(signum, int):
-                raise TypeError(f"signals must be of type int, {type(signum).__name__} given")
+                raise TypeError(f"signals must contain only ints, not {type(signum).__name__}")
             if not 0 < signum < signal.NSIG:
                 raise ValueError(f"signals must be between 1 and {signal.NSIG - 1}, not {signum}")
             if signum in _UNBLOCKABLE:

@@ -60,7 +60,10 @@ class SourceHandle(Handle):
 def duration_ns(value: object, argument: str) -> int:
     """``value`` (seconds as ``int`` or ``float``, or a ``timedelta``) in nanoseconds."""
     if isinstance(value, bool):
-        raise TypeError(f"{argument} must be a number of seconds or a timedelta, not bool")
+        raise TypeError(
+            f"{argument} must be a number of seconds (int or float) or a datetime.timedelta, "
+            "not bool"
+        )
     if isinstance(value, timedelta):
         ns = (
             (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds

@@ -8,7 +8,7 @@ poll and select.  The Python counterpart of PHP 8.6's ``Io\\Poll``.
         watcher = ctx.add(b, iopoll.Event.READ, data="b")
         a.send(b"ping")
         for ready in ctx.wait(timeout=1):
-            print(ready.data, ready.triggered_events)
+            print(ready.data, repr(ready.triggered_events))  # b <Event.READ: 1>
 """
 
 from _iopoll_core.api import *  # noqa: F403  (the names every implementation shares)

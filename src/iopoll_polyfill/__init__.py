@@ -37,6 +37,9 @@ IMPLEMENTATION = "select" if _chosen is None else "native"
 """``"native"`` when the names below are iopoll's own objects, ``"select"`` otherwise."""
 
 FD_SETSIZE = fallback.FD_SETSIZE
+"""The select implementation's limit (1024 on POSIX: no fd numbered at or above it; 512
+sockets on Windows), whichever implementation ``IMPLEMENTATION`` names: the native one has
+no such limit."""
 
 if TYPE_CHECKING:
     # Type checkers see the polyfill's signatures (whole-second ``wait``): code that
