@@ -234,7 +234,8 @@ class IoPollSelector(selectors.BaseSelector):
         # Another object for the key's number may be a new file that reuses it (asyncio's
         # add_reader after a close without remove_reader), which epoll and kqueue dropped
         # with the old one: the system call registers it again.
-        if events != key.events or (fileobj is not key.fileobj and fileobj != key.fileobj):
+        same = fileobj is key.fileobj or (type(fileobj) is int and fileobj == key.fileobj)
+        if events != key.events or not same:
             _check_events(events)
             key = SelectorKey(key.fileobj, fd, events, data)
             try:
