@@ -565,3 +565,33 @@ def test_callbacks_cancelled_before_a_tick_do_not_pile_up(driver: IoPollDriver) 
     assert driver.get_identifiers() == []
     a.close()
     b.close()
+
+
+# -- a closed driver ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        *DRIVERS,
+        pytest.param(lambda: IoPollDriver(Backend.SELECT), id="iopoll-select"),
+        pytest.param(PyIoPollDriver, id="pure"),
+        pytest.param(PySelectorsDriver, id="pure-selectors"),
+    ],
+)
+def test_a_closed_driver_refuses_run_and_signals_and_leaves_the_signal_state(make: Any) -> None:
+    # The signal on_signal() would take over, and the wakeup fd, are left as they were: a
+    # first version left the process's wakeup fd on a socket the driver then closed.
+    handler = signal.getsignal(signal.SIGUSR2)
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    driver = make()
+    driver.close()
+    with pytest.raises(RuntimeError, match="The driver is closed"):
+        driver.on_signal(signal.SIGUSR2, lambda cid, signum: None)
+    driver.defer(lambda cid: None)  # taken, and never run
+    with pytest.raises(RuntimeError, match="The driver is closed"):
+        driver.run()
+    assert signal.getsignal(signal.SIGUSR2) is handler
+    assert signal.set_wakeup_fd(wakeup) == wakeup
+    driver.close()  # a second close() does nothing

@@ -115,6 +115,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         "_registered",
         "_wakeup",
         "_next_check",
+        "_closed",
     )
 
     _now = staticmethod(time.monotonic)
@@ -138,6 +139,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._registered = 0  # fds registered in either poller, the wakeup socket included
         self._wakeup: FdEntry | None = None  # the signal wakeup socket's registration
         self._next_check = 0.0  # when an idle loop checks its streams next (_idle_wait)
+        self._closed = False  # close() was called: run() and on_signal() refuse
 
     # -- the backend's hooks ----------------------------------------------------------------
 
@@ -222,6 +224,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             self._wakeup = None
 
     def _new_signals(self) -> SignalSource:
+        self._check_open()
         return SignalState(self._watch_wakeup)
 
     def _drain_wakeup(self) -> None:
@@ -275,7 +278,10 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             self._microtasks.append((self._error, (callback.fn, error)))
 
     def close(self) -> None:
-        """Restore signal state and close the pollers (the driver is unusable after)."""
+        """Restore signal state and close the pollers.  The driver is unusable after:
+        ``run()`` and ``on_signal()`` raise ``RuntimeError``; a second ``close()`` does
+        nothing."""
+        self._closed = True
         super().close()
         self._poller.close()
         if self._fallback is not None:
@@ -513,7 +519,12 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._microtasks.append((fn, args))
 
     def run(self) -> None:
+        self._check_open()
         self._runner.run()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("The driver is closed")
 
     def stop(self) -> None:
         self._stopped = True

@@ -125,6 +125,7 @@ class PyIoPollDriver(AbstractDriver[Context]):
     # -- signals -------------------------------------------------------------------------------
 
     def _new_signals(self) -> SignalSource:
+        self._check_open()
         if not self._poller.backend.supports_signal_handles() or not only_thread():
             return super()._new_signals()  # a handler and the wakeup fd (the module doc)
         # Every signal watcher carries this marker as its data: _queue_ready tells it apart

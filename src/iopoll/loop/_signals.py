@@ -169,12 +169,24 @@ class SignalState(_PerSignal):
             pass
 
     def _open_wakeup(self) -> None:
+        # All or nothing: a driver that cannot watch the reader (closed) must not leave the
+        # process's wakeup fd on a socket it will close, whose number a later file reuses.
         reader, writer = socket.socketpair()
-        reader.setblocking(False)
-        writer.setblocking(False)
-        self.previous_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        try:
+            reader.setblocking(False)
+            writer.setblocking(False)
+            self._watch(reader)
+            try:
+                previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+            except BaseException:
+                self._watch(None)
+                raise
+        except BaseException:
+            reader.close()
+            writer.close()
+            raise
+        self.previous_wakeup = previous
         self.reader, self.writer = reader, writer
-        self._watch(reader)
 
     def _close_wakeup(self) -> None:
         reader, writer = self.reader, self.writer
