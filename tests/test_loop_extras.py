@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import signal
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -407,6 +409,39 @@ class TestSuspension:
         d.defer(lambda cid: _discard(greenlet.greenlet(in_greenlet).switch()))
         d.run()
         assert sorted(map(str, log)) == ["greenlet", "micro"]
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="open: a suspended greenlet's own frames (Suspension.suspend, hand_over, the "
+        "drain) hold it, a cycle greenlet cannot collect (docs/loop.md, Suspensions)",
+    )
+    def test_a_callback_never_resumed_is_freed_and_its_finally_runs(self, make: Any) -> None:
+        # Revolt destroys a fiber that nothing can resume any more; greenlet kills one that
+        # nothing refers to (GreenletExit).  Today every such callback, its frames and its
+        # locals, are kept for ever.
+        d = make()
+        alive: list[weakref.ref[object]] = []
+        unwound: list[str] = []
+
+        class Local:
+            pass
+
+        def lost(cid: str) -> None:
+            local = Local()
+            alive.append(weakref.ref(local))
+            try:
+                d.get_suspension().suspend()
+            finally:
+                unwound.append(cid)
+
+        for _ in range(3):
+            d.defer(lost)
+            d.run()
+        d.defer(lambda cid: None)
+        d.run()
+        gc.collect()
+        assert [ref() for ref in alive] == [None, None, None]
+        assert len(unwound) == 3
 
     def test_suspend_repeatedly_in_one_callback_and_errors_after(self, make: Any) -> None:
         d = make()
