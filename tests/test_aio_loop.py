@@ -519,3 +519,25 @@ def test_add_reader_on_a_reused_fd_number_after_a_close_without_remove_reader(
             loop.remove_reader(new)
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("backend", Backend.available_backends(), ids=lambda b: b.name)
+def test_a_loop_never_closed_is_collected_with_its_fds(backend: Backend) -> None:
+    """asyncio's keys lead from the selector's watchers back to the loop: a cycle that the
+    collector frees, as it frees a stock loop (a Context finalizer in the global registry
+    held it for ever, with its epoll fd and self-pipe)."""
+    import gc
+    import warnings
+    import weakref
+
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    loop = Loop(IoPollSelector(backend))
+    loop.run_until_complete(asyncio.sleep(0))
+    ref = weakref.ref(loop)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop": intended
+        del loop
+        gc.collect()
+    assert ref() is None
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds

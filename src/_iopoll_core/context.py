@@ -123,9 +123,6 @@ class Context(GeneralWait):
         self._max_timeout = mechanism.max_timeout
         self._use(mechanism)
         _contexts.add(self)
-        # A context that is collected behaves as closed for its watchers (SPEC 4): the
-        # finalizer holds the watcher tables, not the context.
-        weakref.finalize(self, _deactivate, self._watchers, self._timers.watchers).atexit = False
 
     # -- public API -------------------------------------------------------------------
 
@@ -139,6 +136,18 @@ class Context(GeneralWait):
         retires the watchers of streams found closed)."""
         streams = sum(1 for watcher in list(self._watchers.values()) if self._check_alive(watcher))
         return streams + len(self._timers.watchers)
+
+    def __del__(self) -> None:
+        # A context that is collected behaves as closed for its watchers (SPEC 4).  Not a
+        # weakref.finalize: its registry, a root, would hold the watcher tables, and a
+        # watcher whose data leads back to the context (asyncio's keys do, through the
+        # loop) would keep the context, its OS object and everything else alive for ever.
+        # A __del__ runs when the collector frees that cycle (PEP 442).
+        try:
+            tables = (self._watchers, self._timers.watchers)
+        except AttributeError:  # __init__ failed before they were made
+            return
+        _deactivate(*tables)
 
     def __enter__(self) -> Context:
         return self

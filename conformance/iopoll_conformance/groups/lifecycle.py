@@ -138,6 +138,27 @@ class LifecycleRules:
         assert watcher.handle.stream is pair[0]
         assert watcher.watched_events == api.Event.READ
 
+    def test_spec_4_collected_with_data_that_leads_back_to_it(
+        self, api: ModuleType, backend: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4: a context is collected, and its watchers go inactive, also when watcher
+        data refers back to it (a cycle, as asyncio's selector keys make through the loop):
+        nothing held from outside the cycle may keep it alive."""
+        ctx = api.Context(backend)
+
+        class Owner:  # what an event loop is to its selector's keys
+            def __init__(self) -> None:
+                self.ctx = ctx
+
+        ctx.add(pair[0], api.Event.READ, Owner())
+        kept = ctx.add(pair[1], api.Event.READ, "kept")
+        ref = weakref.ref(ctx)
+        del ctx
+        gc.collect()
+        assert ref() is None, "a cycle through watcher data must not keep the context alive"
+        check_inactive(api, kept)
+        assert kept.data == "kept"
+
     def test_spec_4_context_holds_watchers(
         self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
     ) -> None:
