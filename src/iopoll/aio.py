@@ -219,6 +219,12 @@ class IoPollSelector(selectors.BaseSelector):
             watcher.remove()
         except InactiveWatcherError:
             pass  # already dropped by the Context (fd closed behind its back)
+        except FailedPollOperationError as exc:
+            if exc.code is not ErrorCode.PERMISSION:
+                raise
+            # After fork(), in the child: the OS object is the parent's as well, and the
+            # key is forgotten without touching it (loop.close() in a child must not
+            # unregister the parent's self-pipe, as the stdlib selectors do).
         return key
 
     def modify(self, fileobj: _FileObj, events: int, data: Any = None) -> SelectorKey:

@@ -147,10 +147,10 @@ class LifecycleRules:
         ctx = api.Context(backend)
 
         class Owner:  # what an event loop is to its selector's keys
-            def __init__(self) -> None:
-                self.ctx = ctx
+            def __init__(self, context: Any) -> None:
+                self.context = context
 
-        ctx.add(pair[0], api.Event.READ, Owner())
+        ctx.add(pair[0], api.Event.READ, Owner(ctx))
         kept = ctx.add(pair[1], api.Event.READ, "kept")
         ref = weakref.ref(ctx)
         del ctx
