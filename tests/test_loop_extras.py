@@ -305,12 +305,32 @@ def test_factory_default_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["iopoll.loop:Nope", "no.such.module:X", "socket:socket", "iopoll.loop", "iopoll.loop:Driver"],
+    [
+        "iopoll.loop:Nope",
+        "no.such.module:X",
+        "socket:socket",
+        "iopoll.loop",
+        "iopoll.loop:Driver",
+        "iopoll.loop:TracingDriver",  # a Driver, but it needs the driver it wraps
+    ],
 )
 def test_factory_refuses_what_is_not_a_driver(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("IOPOLL_LOOP_DRIVER", value)
-    with pytest.raises((ValueError, TypeError), match="IOPOLL_LOOP_DRIVER"):
+    with pytest.raises(ValueError, match="IOPOLL_LOOP_DRIVER"):
         DriverFactory().create()
+
+
+@pytest.mark.parametrize(
+    ("value", "traced"),
+    [("", False), ("0", False), ("false", False), (" No ", False), ("OFF", False),
+     ("1", True), ("yes", True), (" true ", True)],
+)
+def test_factory_trace_variable(monkeypatch: pytest.MonkeyPatch, value: str, traced: bool) -> None:
+    monkeypatch.setenv("IOPOLL_LOOP_DRIVER", " iopoll.loop:SelectorsDriver ")  # spaces ignored
+    monkeypatch.setenv("IOPOLL_LOOP_DEBUG_TRACE", value)
+    driver = DriverFactory().create()
+    assert isinstance(driver, TracingDriver) is traced
+    assert type(driver.driver if traced else driver) is SelectorsDriver  # type: ignore[attr-defined]
 
 
 def test_facade_one_driver_per_thread() -> None:

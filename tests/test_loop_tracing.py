@@ -82,3 +82,38 @@ def test_tracing_records_the_line_that_created_each_kind(kind: str) -> None:
     d.close()
     a.close()
     b.close()
+
+
+def _boom(callback_id: str) -> None:
+    raise ValueError("boom")
+
+
+def _returns(callback_id: str) -> int:
+    return 5
+
+
+class _CallableObject:
+    def __call__(self, callback_id: str) -> None:
+        raise ValueError("object")
+
+
+@pytest.mark.parametrize("register", ["defer", "delay"])
+@pytest.mark.parametrize(
+    "fn", [_boom, _returns, _CallableObject()], ids=["raises", "returns", "object"]
+)
+def test_tracing_errors_name_the_callback_as_the_driver_does(register: str, fn: object) -> None:
+    # A defer or delay callback runs inside TracingDriver's wrapper: the messages named the
+    # wrapper's file and line (_tracing.py), or its name for a callable object.
+    from iopoll.loop import UncaughtError
+
+    messages = []
+    for driver in (IoPollDriver(), TracingDriver(IoPollDriver())):
+        if register == "defer":
+            driver.defer(fn)  # type: ignore[arg-type]
+        else:
+            driver.delay(0, fn)  # type: ignore[arg-type]
+        with pytest.raises(UncaughtError) as caught:
+            driver.run()
+        messages.append(f"{caught.value} / {caught.value.__cause__}")
+    assert messages[0] == messages[1]
+    assert "loop/_tracing.py" not in messages[1] and "_once" not in messages[1]

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import FunctionType
 
 __all__ = ["InvalidCallbackError", "UncaughtError", "UnsupportedFeatureError"]
+
+# The attribute TracingDriver's wrapper keeps the callback it wraps in (see describe()).
+TRACED = "_iopoll_traced"
 
 
 def describe(fn: object) -> str:
     """``module.qualname defined in file:line`` for a function, ``repr`` for anything else."""
+    if isinstance(fn, FunctionType):
+        # TracingDriver's wrapper of a defer or delay callback: the user's callback is meant.
+        fn = fn.__dict__.get(TRACED, fn)
     name = getattr(fn, "__qualname__", None) or repr(fn)
     module = getattr(fn, "__module__", None)
     if module:

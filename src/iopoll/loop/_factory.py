@@ -18,15 +18,18 @@ class DriverFactory:
     """Makes the driver a thread gets from ``get_driver()``.
 
     ``IOPOLL_LOOP_DRIVER=package.module:Class`` names the class to use (a ``Driver``
-    subclass); otherwise ``IoPollDriver``, or ``SelectorsDriver`` where iopoll has only the
-    select backend.  ``IOPOLL_LOOP_DEBUG_TRACE=1`` wraps the driver in ``TracingDriver``.
+    subclass, made without arguments); otherwise ``IoPollDriver``, or ``SelectorsDriver``
+    where iopoll has only the select backend.  ``IOPOLL_LOOP_DEBUG_TRACE=1`` wraps the
+    driver in ``TracingDriver`` (empty, ``0``, ``false``, ``no`` or ``off``, in any case,
+    leave it off).  Spaces around either value are ignored.
     """
 
     def create(self) -> Driver:
         """A new driver, as the environment asks."""
-        name = os.environ.get(DRIVER_VARIABLE, "")
+        name = os.environ.get(DRIVER_VARIABLE, "").strip()
         driver = self._named(name) if name else self._default()
-        if os.environ.get(TRACE_VARIABLE, "") not in ("", "0"):
+        trace = os.environ.get(TRACE_VARIABLE, "").strip().lower()
+        if trace not in ("", "0", "false", "no", "off"):
             from ._tracing import TracingDriver
 
             driver = TracingDriver(driver)
@@ -60,5 +63,11 @@ class DriverFactory:
             raise ValueError(
                 f"{DRIVER_VARIABLE}={name!r} does not name a concrete Driver subclass"
             )
-        driver: Driver = cls()
+        try:
+            driver: Driver = cls()
+        except TypeError as exc:  # a class that needs arguments (TracingDriver: a driver)
+            raise ValueError(
+                f"{DRIVER_VARIABLE}={name!r} names a class that cannot be made without "
+                f"arguments: {exc}"
+            ) from exc
         return driver

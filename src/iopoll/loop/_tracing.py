@@ -9,7 +9,7 @@ from types import FrameType
 from typing import Any
 
 from ._callbacks import CallbackType, check_callback
-from ._errors import InvalidCallbackError
+from ._errors import TRACED, InvalidCallbackError
 from ._interface import Driver, ErrorHandler
 from ._suspension import Suspension
 
@@ -72,6 +72,7 @@ class TracingDriver(Driver):
 
         once.__qualname__ = getattr(fn, "__qualname__", once.__qualname__)
         once.__module__ = getattr(fn, "__module__", once.__module__)
+        setattr(once, TRACED, fn)  # errors name fn, its file and line (describe())
         return once
 
     def queue(self, fn: Callable[..., None], /, *args: Any) -> None:
