@@ -20,6 +20,8 @@ cancelled, and ``_lose_stream`` cancels and reports those callbacks (the essay i
 
 from __future__ import annotations
 
+import errno
+
 from _iopoll_core.errors import (
     FailedHandleAddError,
     InactiveWatcherError,
@@ -83,6 +85,13 @@ class PyIoPollDriver(AbstractDriver[Context]):
             return poller.add(entry.stream, _EVENTS[events], entry)
         except InvalidHandleError:
             return None  # closed since it was registered: it never fires
+        except FailedHandleAddError as exc:
+            if exc.errno == errno.EBADF:
+                # An fd number that is not open (a bare int closed since, or never opened):
+                # lost as a closed stream is, not sent to the fallback, whose poll() would
+                # report it ready on every tick.
+                return None
+            raise
 
     def _modify(self, entry: FdEntry, events: int) -> None:
         try:
