@@ -650,3 +650,31 @@ def test_a_closed_driver_refuses_run_and_signals_and_leaves_the_signal_state(mak
     assert signal.getsignal(signal.SIGUSR2) is handler
     assert signal.set_wakeup_fd(wakeup) == wakeup
     driver.close()  # a second close() does nothing
+
+
+class _AsyncCall:
+    async def __call__(self, callback_id: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("make", DRIVERS)
+def test_an_object_with_an_async_call_is_refused_at_registration(make: Any) -> None:
+    # As an async def function is: its calls would return coroutines, refused only when run.
+    driver = make()
+    try:
+        for register in (driver.defer, lambda fn: driver.delay(0, fn), driver.queue):
+            with pytest.raises(TypeError, match="async def"):
+                register(_AsyncCall())
+        assert driver.get_identifiers() == []
+    finally:
+        driver.close()
+
+
+def test_a_huge_negative_delay_is_named_briefly() -> None:
+    driver = IoPollDriver()
+    try:
+        with pytest.raises(ValueError, match=r"seconds must be >= 0 and not NaN, not -1") as caught:
+            driver.delay(-(10**400), lambda cid: None)
+        assert len(str(caught.value)) < 120
+    finally:
+        driver.close()

@@ -87,7 +87,14 @@ def check_callback(fn: object, name: str = "callback") -> None:
         return
     if not callable(fn):
         raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
-    if code is None and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+    # An object whose class has an async def __call__ is refused as the function would be.
+    call = None if isinstance(fn, type) else type(fn).__call__  # callable, so it has one
+    if code is None and (
+        inspect.iscoroutinefunction(fn)
+        or inspect.isasyncgenfunction(fn)
+        or inspect.iscoroutinefunction(call)
+        or inspect.isasyncgenfunction(call)
+    ):
         raise TypeError(
             f"{name} must be a plain function returning None; "
             f"an async def function is not a callback (got {fn!r})"
@@ -104,7 +111,10 @@ def check_seconds(value: object, name: str) -> float:
         except OverflowError:  # an int too big for a float: as good as never
             value = math.inf
     if not value >= 0:
-        raise ValueError(f"{name} must be >= 0 seconds and not NaN, not {value!r}")
+        shown = repr(value)
+        if len(shown) > 40:  # an int of hundreds of digits: its sign and size say enough
+            shown = f"{shown[:20]}... ({len(shown)} characters)"
+        raise ValueError(f"{name} must be >= 0 and not NaN, not {shown}")
     try:
         return float(value)
     except OverflowError:
