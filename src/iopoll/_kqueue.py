@@ -23,7 +23,9 @@ below are chosen to report what epoll and poll(2) report for the same state:
 * **READ_HANGUP without READ.**  A level read filter fires while bytes are unread, which
   such a watcher does not want reported: it would make every ``wait()`` return at once with
   nothing.  Its read filter is added with ``EV_CLEAR`` instead, and once it reported end of
-  file (which never goes away) the fd is reported on every ``wait()``, as level asks.
+  file (which never goes away) the fd is reported on every ``wait()``, as level asks.  A
+  reset's ``ERROR`` is reported once, with the end of file: the error goes away when the
+  application reads it, which this backend cannot see without consuming it.
 * **Pipes, FIFOs, terminals.**  ``EV_EOF`` on the read filter means the writer is gone:
   ``HANGUP``, with ``READ`` only while bytes are left (``data > 0``), as poll(2) says.
   ``EV_EOF`` on the write filter means the reader is gone and a write fails with
@@ -333,7 +335,9 @@ class KqueueMechanism(Mechanism):
                 ):
                     bits |= _HANGUP
                 if _level_read_hangup_only(watched):
-                    at_eof[fd] = bits & ~_HANGUP  # level: reported from now on
+                    # Level from now on: the end of file, which never goes away, but not a
+                    # reset's error, which the application's next read consumes.
+                    at_eof[fd] = bits & ~(_HANGUP | _ERROR)
             bits = report(bits, watched)
             if bits:
                 reports.append((fd, bits))

@@ -336,6 +336,29 @@ class EventRules:
         expected = {"b": api.Event.READ_HANGUP}
         assert waits(ctx, 2) == [expected, expected]
 
+    @pytest.mark.parametrize("also_write", [False, True], ids=["alone", "with-write"])
+    def test_spec_6_2_read_hangup_after_a_reset_ends_its_error_once_read(
+        self, api: Any, caps: Capabilities, ctx: Any, tcp: Any, also_write: bool
+    ) -> None:
+        """SPEC 6.2: a READ_HANGUP watcher (without READ) on a reset socket: the end of file
+        stays reported, level, but ERROR ends once the application has read the error, as
+        the socket's state says.  (A backend that remembers the end of file for itself, as
+        kqueue's must for a watcher without READ, must not remember the error with it.)"""
+        if not caps.read_hangup:
+            pytest.skip("backend does not report READ_HANGUP")
+        client, server = tcp
+        events = api.Event.READ_HANGUP | (api.Event.WRITE if also_write else api.Event(0))
+        ctx.add(client, events, "client")
+        _reset(server)
+        first = reported(short_wait(ctx))["client"]
+        assert api.Event.READ_HANGUP in first and api.Event.HANGUP in first, first
+        try:
+            drain(client)
+        except ConnectionResetError:  # the reset's error, which the read consumes
+            assert drain(client) == b""
+        expected = api.Event.READ_HANGUP | api.Event.HANGUP | (events & api.Event.WRITE)
+        assert waits(ctx, 2) == [{"client": expected}] * 2
+
     # -- PRIORITY ------------------------------------------------------------------------
 
     def test_poll_event_priority(self, api: Any, caps: Capabilities, ctx: Any, tcp: Any) -> None:
