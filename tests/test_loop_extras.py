@@ -320,6 +320,25 @@ def test_factory_refuses_what_is_not_a_driver(monkeypatch: pytest.MonkeyPatch, v
         DriverFactory().create()
 
 
+class DriverFailingInside(PySelectorsDriver):
+    """Takes no arguments, and its constructor fails with a TypeError of its own."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        raise TypeError("a bug inside the constructor")
+
+
+def test_factory_lets_a_constructors_own_type_error_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a class that needs arguments is "cannot be made without arguments"; a TypeError
+    from inside a constructor that takes none is the class's own error, not masked."""
+    monkeypatch.setenv("IOPOLL_LOOP_DRIVER", f"{__name__}:DriverFailingInside")
+    with pytest.raises(TypeError, match="a bug inside the constructor"):
+        DriverFactory().create()
+
+
 @pytest.mark.parametrize(
     ("value", "traced"),
     [("", False), ("0", False), ("false", False), (" No ", False), ("OFF", False),

@@ -62,6 +62,7 @@ take the error path; the loop is never idle then, so the idle check does not run
 from __future__ import annotations
 
 import abc
+import errno
 import heapq
 import socket
 import time
@@ -115,7 +116,6 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         "_registered",
         "_wakeup",
         "_next_check",
-        "_closed",
     )
 
     _now = staticmethod(time.monotonic)
@@ -139,7 +139,6 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._registered = 0  # fds registered in either poller, the wakeup socket included
         self._wakeup: FdEntry | None = None  # the signal wakeup socket's registration
         self._next_check = 0.0  # when an idle loop checks its streams next (_idle_wait)
-        self._closed = False  # close() was called: run() and on_signal() refuse
 
     # -- the backend's hooks ----------------------------------------------------------------
 
@@ -199,21 +198,30 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         try:
             token = self._add(self._poller, entry, events)
         except self._refusals as refusal:
-            try:
-                if self._fallback is None:
-                    self._fallback = self._new_fallback()
-                token = self._add(self._fallback, entry, events)
-            except Exception:
-                # No fallback here (no POLL backend), or it refuses too: the first refusal says why.
-                raise refusal from None
-            if token is not None:
-                entry.fallback = True
-                self._fallback_count += 1
+            if getattr(refusal, "errno", None) == errno.EBADF:
+                # A number that is not open (a bare int closed since, or never opened): lost
+                # below as a closed stream is; the fallback's poll() would call it ready.
+                token = None
+            else:
+                token = self._add_to_fallback(entry, events, refusal)
         if token is not None:
             entry.token = token
             self._registered += 1
         elif entry is not self._wakeup:
             self._lose_stream(entry)  # closed before this tick activated its callbacks
+
+    def _add_to_fallback(self, entry: FdEntry, events: int, refusal: Exception) -> Any:
+        try:
+            if self._fallback is None:
+                self._fallback = self._new_fallback()
+            token = self._add(self._fallback, entry, events)
+        except Exception:
+            # No fallback here (no POLL backend), or it refuses too: the first refusal says why.
+            raise refusal from None
+        if token is not None:
+            entry.fallback = True
+            self._fallback_count += 1
+        return token
 
     def _watch_wakeup(self, sock: socket.socket | None) -> None:
         if sock is not None:
@@ -224,7 +232,6 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
             self._wakeup = None
 
     def _new_signals(self) -> SignalSource:
-        self._check_open()
         return SignalState(self._watch_wakeup)
 
     def _drain_wakeup(self) -> None:
@@ -281,7 +288,6 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         """Restore signal state and close the pollers.  The driver is unusable after:
         ``run()`` and ``on_signal()`` raise ``RuntimeError``; a second ``close()`` does
         nothing."""
-        self._closed = True
         super().close()
         self._poller.close()
         if self._fallback is not None:
@@ -521,10 +527,6 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
     def run(self) -> None:
         self._check_open()
         self._runner.run()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("The driver is closed")
 
     def stop(self) -> None:
         self._stopped = True

@@ -20,8 +20,6 @@ cancelled, and ``_lose_stream`` cancels and reports those callbacks (the essay i
 
 from __future__ import annotations
 
-import errno
-
 from _iopoll_core.errors import (
     FailedHandleAddError,
     InactiveWatcherError,
@@ -85,13 +83,6 @@ class PyIoPollDriver(AbstractDriver[Context]):
             return poller.add(entry.stream, _EVENTS[events], entry)
         except InvalidHandleError:
             return None  # closed since it was registered: it never fires
-        except FailedHandleAddError as exc:
-            if exc.errno == errno.EBADF:
-                # An fd number that is not open (a bare int closed since, or never opened):
-                # lost as a closed stream is, not sent to the fallback, whose poll() would
-                # report it ready on every tick.
-                return None
-            raise
 
     def _modify(self, entry: FdEntry, events: int) -> None:
         try:
@@ -134,7 +125,6 @@ class PyIoPollDriver(AbstractDriver[Context]):
     # -- signals -------------------------------------------------------------------------------
 
     def _new_signals(self) -> SignalSource:
-        self._check_open()
         if not self._poller.backend.supports_signal_handles() or not only_thread():
             return super()._new_signals()  # a handler and the wakeup fd (the module doc)
         # Every signal watcher carries this marker as its data: _queue_ready tells it apart

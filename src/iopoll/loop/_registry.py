@@ -118,6 +118,7 @@ class CallbackRegistry(Driver):
         "_entries",
         "_signals",
         "_signal_callbacks",
+        "_closed",
     )
 
     def __init__(self) -> None:
@@ -145,6 +146,7 @@ class CallbackRegistry(Driver):
         self._entries: dict[int, FdEntry] = {}
         self._signals: SignalSource | None = None  # made with the first signal callback
         self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
+        self._closed = False  # close() was called: run() and on_signal() refuse
 
     # -- hooks ----------------------------------------------------------------------------------
 
@@ -170,6 +172,10 @@ class CallbackRegistry(Driver):
         run again.  Cancel them and report each (``InvalidCallbackError.stream_closed``)."""
 
     # -- registration -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("The driver is closed")
 
     def _new_id(self) -> str:
         index = self._id_index
@@ -259,6 +265,7 @@ class CallbackRegistry(Driver):
         signum = SignalState.check_signum(signum)
         check_callback(fn)
         if self._signals is None:
+            self._check_open()  # a closed driver's signal state is gone for good
             self._signals = self._new_signals()
         self._signals.add(signum)
         callback_id = self._new_id()
@@ -512,6 +519,7 @@ class CallbackRegistry(Driver):
 
     def close(self) -> None:
         """Restore the signal handlers and wakeup fd this driver installed."""
+        self._closed = True
         if self._signals is not None:
             self._signals.close()
             self._signals = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import selectors
 
 from ._abstract_driver import AbstractDriver
@@ -32,11 +31,9 @@ class PySelectorsDriver(AbstractDriver[selectors.BaseSelector]):
     ) -> selectors.BaseSelector | None:
         try:
             poller.register(entry.fd, events, entry)
-        except (ValueError, OSError) as exc:
-            if not entry.alive() or getattr(exc, "errno", None) == errno.EBADF:
-                # Closed since it was registered, or a number that is not open (a bare
-                # int): it never fires, and the fallback's poll() would report it ready.
-                return None
+        except (ValueError, OSError):
+            if not entry.alive():
+                return None  # closed since it was registered: it never fires
             raise
         return poller
 
