@@ -287,11 +287,22 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
     def close(self) -> None:
         """Restore signal state and close the pollers.  The driver is unusable after:
         ``run()`` and ``on_signal()`` raise ``RuntimeError``; a second ``close()`` does
-        nothing."""
-        super().close()
-        self._poller.close()
-        if self._fallback is not None:
-            self._fallback.close()
+        nothing.  A callback still suspended (``get_suspension()``) can never be resumed
+        now: its greenlet is ended with ``GreenletExit`` (its ``finally`` blocks run, and
+        an error one raises goes to the error handler, or out of ``close()`` as the
+        ``UncaughtError`` that ``run()`` would have raised)."""
+        before = self._interrupt
+        try:
+            self._runner.close()
+        finally:
+            super().close()
+            self._poller.close()
+            if self._fallback is not None:
+                self._fallback.close()
+        failure = self._interrupt
+        if failure is not before and isinstance(failure, BaseException):
+            self._interrupt = before  # no run() is left to deliver it
+            raise failure
 
     # -- the run loop and one tick ------------------------------------------------------------
 

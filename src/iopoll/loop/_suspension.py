@@ -256,6 +256,36 @@ class LoopRunner:
             raise interrupt
         self.getcurrent().parent.switch(interrupt)
 
+    def close(self) -> None:
+        """The driver closes: no suspension of it can be resumed any more.  End each greenlet
+        still suspended in one with ``GreenletExit``, so that its ``finally`` blocks run and
+        its frames are freed, as Revolt's fibers are destroyed once nothing can resume them.
+
+        greenlet cannot do this by itself: a suspended greenlet is freed only when nothing
+        refers to it, and its own frames do (the callback's locals, ``suspend()``'s), which
+        the garbage collector does not look into.  A greenlet of another thread is left.
+        """
+        suspensions = self._suspensions
+        if not suspensions:
+            return
+        current = self.getcurrent()
+        failure: BaseException | None = None
+        for owner, suspension in list(suspensions.items()):
+            if suspension._dead or not suspension._pending or owner.dead:
+                continue  # resumed, or never suspended: not stranded by the close
+            suspension._pending = False
+            suspension._dead = True  # a suspend() in its finally block raises
+            try:
+                owner.parent = current  # back here once it ends
+            except ValueError:
+                continue  # another thread's greenlet: it cannot be switched to from here
+            try:
+                owner.throw()
+            except BaseException as exc:  # its finally block failed: the others end first
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
     def suspension(self) -> Suspension:
         """The suspension of the current greenlet, one per greenlet (``get_suspension()``)."""
         # The last one handed out, while its greenlet asks again: a callback that suspends
