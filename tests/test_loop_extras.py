@@ -7,10 +7,11 @@ import inspect
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -449,6 +450,49 @@ class TestSuspension:
         d.run()
         assert sorted(map(str, log)) == ["greenlet", "micro"]
 
+    def test_suspensions_one_after_another_do_not_deepen_the_stack(self, make: Any) -> None:
+        # Each suspension hands the loop to a new greenlet; greenlet starts one at the depth
+        # of the frame that first switches into it, so a successor started in the suspended
+        # callback was deeper than the last: about 140 suspensions in one run() raised
+        # RecursionError (and, with the limit raised, crashed).
+        d = make()
+        total = 3 * sys.getrecursionlimit()
+        depths: list[int] = []
+
+        def step(cid: str) -> None:
+            suspension = d.get_suspension()
+            d.defer(lambda c: suspension.resume())
+            suspension.suspend()
+            depths.append(len(inspect.stack(0)))
+            if len(depths) < total:
+                d.defer(step)
+
+        d.defer(step)
+        d.run()
+        assert len(depths) == total
+        assert max(depths) == min(depths), (min(depths), max(depths))
+
+    def test_thousands_of_callbacks_suspended_at_once(self, make: Any) -> None:
+        d = make()
+        total = 3 * sys.getrecursionlimit()
+        resumed: list[object] = []
+        suspensions: list[Any] = []
+
+        def waiting(cid: str) -> None:
+            suspensions.append(d.get_suspension())
+            resumed.append(suspensions[-1].suspend())
+
+        def resume_all(cid: str) -> None:
+            for index, suspension in enumerate(suspensions):
+                suspension.resume(index)
+
+        for _ in range(total):
+            d.defer(waiting)
+        d.defer(resume_all)
+        d.run()
+        assert len(suspensions) == total
+        assert sorted(resumed) == list(range(total))  # type: ignore[type-var]
+
     @staticmethod
     def _strand_three(d: Any) -> tuple[list[weakref.ref[object]], list[str]]:
         """Three callbacks that suspend and are never resumed; weak references to a local
@@ -485,7 +529,7 @@ class TestSuspension:
         gc.collect()
         assert [ref() for ref in alive] == [None, None, None]
 
-    def test_closing_leaves_a_resumed_suspension_and_the_main_one(self, make: Any) -> None:
+    def test_closing_leaves_a_finished_suspension_and_the_main_one(self, make: Any) -> None:
         d = make()
         main = d.get_suspension()
         log: list[object] = []
@@ -500,6 +544,98 @@ class TestSuspension:
         assert log == ["resumed"]
         d.close()  # no greenlet is suspended: nothing to end
         assert log == ["resumed"] and repr(main) == "<Suspension main idle>"
+
+    def test_closing_ends_one_resumed_whose_switch_back_never_ran(self, make: Any) -> None:
+        # The resume's switch back is a microtask; an error that ends run() first leaves it
+        # queued, and no run() of a closed driver would take it.
+        d = make()
+        log: list[object] = []
+        held: list[Any] = []
+
+        def waiting(cid: str) -> None:
+            held.append(d.get_suspension())
+            try:
+                log.append(held[0].suspend())
+            finally:
+                log.append("finally")
+
+        def failing(cid: str) -> None:
+            held[0].resume("too late")
+            raise ValueError("ends run() before the switch back")
+
+        d.defer(waiting)
+        d.defer(failing)
+        with pytest.raises(UncaughtError):
+            d.run()
+        assert log == []
+        d.close()
+        assert log == ["finally"]
+
+    def test_a_finally_block_resuming_another_on_close_is_ignored(self, make: Any) -> None:
+        # Both are ended: the resume() from the first one's finally block does not save the
+        # second from the close (it would queue a switch that nothing runs).
+        d = make()
+        suspensions: list[Any] = []
+        unwound: list[int] = []
+
+        def waiter(index: int) -> Callable[[str], None]:
+            def fn(cid: str) -> None:
+                suspensions.append(d.get_suspension())
+                try:
+                    suspensions[-1].suspend()
+                finally:
+                    unwound.append(index)
+                    for other in suspensions:
+                        other.resume("handed on")
+
+            return fn
+
+        d.defer(waiter(0))
+        d.defer(waiter(1))
+        d.run()
+        d.close()
+        assert sorted(unwound) == [0, 1]
+
+    @pytest.mark.parametrize("handled", [False, True], ids=["uncaught", "handler"])
+    def test_an_error_from_a_greenlet_a_callback_started_takes_the_error_path_on_close(
+        self, make: Any, handled: bool
+    ) -> None:
+        d = make()
+        handled_errors: list[BaseException] = []
+        if handled:
+            d.set_error_handler(handled_errors.append)
+
+        def body() -> None:
+            try:
+                d.get_suspension().suspend()
+            finally:
+                raise ValueError("from its finally block")
+
+        d.defer(lambda cid: _discard(greenlet.greenlet(body).switch()))
+        d.run()
+        if handled:
+            d.close()
+            assert [str(error) for error in handled_errors] == ["from its finally block"]
+        else:
+            with pytest.raises(UncaughtError) as info:
+                d.close()
+            assert str(info.value.__cause__) == "from its finally block"
+
+    def test_a_run_from_a_finally_block_on_close_is_refused(self, make: Any) -> None:
+        d = make()
+        handled_errors: list[BaseException] = []
+        d.set_error_handler(handled_errors.append)
+
+        def lost(cid: str) -> None:
+            try:
+                d.get_suspension().suspend()
+            finally:
+                d.run()
+
+        d.defer(lost)
+        d.run()
+        d.close()
+        assert [str(error) for error in handled_errors] == ["The driver is closed"]
 
     @pytest.mark.parametrize("handled", [False, True], ids=["uncaught", "handler"])
     def test_an_error_from_a_finally_block_on_close_takes_the_error_path(

@@ -291,9 +291,10 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         now: its greenlet is ended with ``GreenletExit`` (its ``finally`` blocks run, and
         an error one raises goes to the error handler, or out of ``close()`` as the
         ``UncaughtError`` that ``run()`` would have raised)."""
+        self._closed = True  # a run() from a finally block below is refused
         before = self._interrupt
         try:
-            self._runner.close()
+            self._runner.close(self._microtasks, self._error)
         finally:
             super().close()
             self._poller.close()

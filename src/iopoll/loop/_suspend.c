@@ -28,9 +28,10 @@ static struct {
     PyObject *main_suspend;    /* Suspension.suspend: the main greenlet's suspend() */
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
     PyObject *suspended;       /* _suspension._SUSPENDED, sent to a parent by suspend() */
+    PyObject *hand_over;       /* _suspension._HAND_OVER, sent to it by hand_over() */
     PyObject *superseded;      /* _suspension.Superseded */
     PyObject *no_args;         /* (): a microtask's arguments */
-    PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_loop_main, *s_switch_in;
+    PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_switch_in;
     PyObject *s_value;
     int made;
 } G;
@@ -292,7 +293,8 @@ runner_suspension(PyObject *self, PyObject *Py_UNUSED(ignored))
     return PyObject_CallOneArg(G.slow_suspension, self);
 }
 
-/* LoopRunner.hand_over: the loop greenlet's callback suspends; a successor runs the loop. */
+/* LoopRunner.hand_over: the loop greenlet's callback suspends; the greenlet that entered the
+ * loop starts a successor to run it (LoopRunner.enter, which explains why there). */
 static PyObject *
 runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -300,22 +302,13 @@ runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (current == NULL) {
         return NULL;
     }
-    PyObject *successor = NULL;
-    PyObject *loop_main = PyObject_GetAttr(self, G.s_loop_main);
-    PyObject *parent = loop_main == NULL ? NULL : PyObject_GetAttr(current, G.s_parent);
-    if (parent != NULL) {
-        PyObject *args[2] = {loop_main, parent};
-        successor = PyObject_Vectorcall((PyObject *)Py_TYPE(current), args, 2, NULL);
-    }
-    Py_XDECREF(loop_main);
-    Py_XDECREF(parent);
+    PyObject *parent = PyObject_GetAttr(current, G.s_parent);
     Py_DECREF(current);
-    if (successor == NULL) {
+    if (parent == NULL) {
         return NULL;
     }
-    put(self, G.loop, successor);
-    PyObject *done = call1(successor, G.s_switch, Py_False);
-    Py_DECREF(successor);
+    PyObject *done = call1(parent, G.s_switch, G.hand_over);
+    Py_DECREF(parent);
     return discarded(done);
 }
 
@@ -393,10 +386,12 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
         return -1;
     }
     G.suspended = PyObject_GetAttrString(module, "_SUSPENDED");
+    G.hand_over = PyObject_GetAttrString(module, "_HAND_OVER");
     G.superseded = PyObject_GetAttrString(module, "Superseded");
     Py_DECREF(module);
     G.no_args = PyTuple_New(0);
-    if (G.suspended == NULL || G.superseded == NULL || G.no_args == NULL) {
+    if (G.suspended == NULL || G.hand_over == NULL || G.superseded == NULL
+        || G.no_args == NULL) {
         return -1;
     }
     struct {
@@ -405,8 +400,7 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
     } names[] = {
         {&G.s_switch, "switch"},         {&G.s_parent, "parent"},
         {&G.s_dead, "dead"},             {&G.s_hand_over, "hand_over"},
-        {&G.s_loop_main, "_loop_main"},  {&G.s_switch_in, "_switch_in"},
-        {&G.s_value, "value"},
+        {&G.s_switch_in, "_switch_in"},  {&G.s_value, "value"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -30,6 +30,9 @@ from ._errors import UnsupportedFeatureError
 __all__ = ["LoopRunner", "Superseded", "Suspension", "greenlet_module"]
 
 _SUSPENDED = object()
+# What a loop greenlet whose callback suspends sends to the greenlet that entered the loop,
+# which then starts the successor (LoopRunner.hand_over, LoopRunner.enter).
+_HAND_OVER = object()
 _module: ModuleType | bool | None = False  # False: not looked for yet
 
 Microtask = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -44,6 +47,15 @@ def greenlet_module() -> ModuleType | None:
         except ImportError:
             _module = None
     return _module  # type: ignore[return-value]
+
+
+def _switches_in(fn: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+    """Whether the microtask ``fn(*args)`` is a suspension's switch back (``_wake()``)."""
+    return (
+        not args
+        and isinstance(getattr(fn, "__self__", None), Suspension)
+        and getattr(fn, "__name__", None) == "_switch_in"
+    )
 
 
 def _no_greenlet() -> Any:
@@ -228,7 +240,17 @@ class LoopRunner:
             raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
         self.running = True
         try:
-            return loop.switch(True) if fresh else loop.switch()
+            interrupt = loop.switch(True) if fresh else loop.switch()
+            while interrupt is _HAND_OVER:
+                # The loop greenlet's callback suspended: a successor goes on with the loop,
+                # started here.  greenlet gives a new greenlet the recursion depth of the
+                # frame that first switches into it: started in the suspended callback, each
+                # successor would be deeper than the last, and a few hundred suspensions in
+                # one run() would raise RecursionError (or, with the limit raised, overflow
+                # the C stack).
+                loop = self.loop = module.greenlet(self._loop_main)
+                interrupt = loop.switch(False)
+            return interrupt
         finally:
             self.running = False
 
@@ -239,11 +261,9 @@ class LoopRunner:
             pass  # back to whoever resumed this greenlet's suspended callback
 
     def hand_over(self) -> None:
-        """The loop greenlet's callback suspends: a successor greenlet continues the loop."""
-        current = self.loop
-        successor = type(current)(self._loop_main, current.parent)
-        self.loop = successor
-        successor.switch(False)
+        """The loop greenlet's callback suspends: a successor greenlet continues the loop,
+        started by the greenlet that entered it (``enter()``), at that greenlet's depth."""
+        self.loop.parent.switch(_HAND_OVER)
 
     def deliver(self, interrupt: object) -> None:
         """Hand ``interrupt`` to whoever runs the loop (``run()`` or a main ``suspend()``).
@@ -256,10 +276,17 @@ class LoopRunner:
             raise interrupt
         self.getcurrent().parent.switch(interrupt)
 
-    def close(self) -> None:
+    def close(
+        self,
+        microtasks: Iterable[Microtask],
+        error: Callable[[Callable[..., Any], Exception], None],
+    ) -> None:
         """The driver closes: no suspension of it can be resumed any more.  End each greenlet
-        still suspended in one with ``GreenletExit``, so that its ``finally`` blocks run and
-        its frames are freed, as Revolt's fibers are destroyed once nothing can resume them.
+        still waiting in one, suspended or resumed with its switch back still among
+        ``microtasks``, with ``GreenletExit``, so that its ``finally`` blocks run and its
+        frames are freed, as Revolt's fibers are destroyed once nothing can resume them.
+        An ``Exception`` that comes out of one (a greenlet a callback started) goes to
+        ``error(fn, exc)``, the driver's error path, as it would from the switch back.
 
         greenlet cannot do this by itself: a suspended greenlet is freed only when nothing
         refers to it, and its own frames do (the callback's locals, ``suspend()``'s), which
@@ -269,19 +296,31 @@ class LoopRunner:
         if not suspensions:
             return
         current = self.getcurrent()
-        failure: BaseException | None = None
+        resumed = {id(fn.__self__) for fn, args in microtasks if _switches_in(fn, args)}
+        # Every one is marked dead before any is ended: a finally block that resumes another
+        # is then ignored, as for any dead suspension, instead of queueing a switch that a
+        # closed driver never runs.
+        stranded = []
         for owner, suspension in list(suspensions.items()):
-            if suspension._dead or not suspension._pending or owner.dead:
-                continue  # resumed, or never suspended: not stranded by the close
-            suspension._pending = False
-            suspension._dead = True  # a suspend() in its finally block raises
+            if owner.dead or suspension._dead or owner is current:
+                continue
+            if not suspension._pending and id(suspension) not in resumed:
+                continue  # not waiting on this loop
             try:
                 owner.parent = current  # back here once it ends
             except ValueError:
-                continue  # another thread's greenlet: it cannot be switched to from here
+                continue  # another thread's greenlet, or an ancestor of this one: left
+            suspension._pending = False
+            suspension._dead = True  # a suspend() in its finally block raises
+            suspension._value = suspension._error = None
+            stranded.append((owner, suspension))
+        failure: BaseException | None = None
+        for owner, suspension in stranded:
             try:
                 owner.throw()
-            except BaseException as exc:  # its finally block failed: the others end first
+            except Exception as exc:  # a finally block of a greenlet a callback started
+                error(suspension._switch_in, exc)
+            except BaseException as exc:  # the others end first
                 failure = failure or exc
         if failure is not None:
             raise failure
