@@ -542,8 +542,8 @@ class TestSuspension:
         d.defer(fn)
         d.run()
         assert log == ["resumed"]
-        d.close()  # no greenlet is suspended: nothing to end
-        assert log == ["resumed"] and repr(main) == "<Suspension main idle>"
+        d.close()  # no greenlet is suspended: nothing to end, every suspension dead
+        assert log == ["resumed"] and repr(main) == "<Suspension main dead>"
 
     def test_closing_ends_one_resumed_whose_switch_back_never_ran(self, make: Any) -> None:
         # The resume's switch back is a microtask; an error that ends run() first leaves it
@@ -690,6 +690,53 @@ class TestSuspension:
         d.run()
         d.close()
         assert seen == ["Suspension is dead: the event loop ended without resuming it"]
+
+    def test_closing_a_running_driver_is_refused(self, make: Any) -> None:
+        d = make()
+        refused: list[str] = []
+        main = d.get_suspension()
+
+        def closing(cid: str) -> None:
+            try:
+                d.close()
+            except RuntimeError as exc:
+                refused.append(str(exc))
+
+        d.defer(closing)
+        d.defer(lambda cid: main.resume("still running"))
+        assert main.suspend() == "still running"  # the main suspend() runs the loop too
+        d.defer(closing)
+        d.run()
+        assert refused == ["Cannot close a running driver: stop() it first"] * 2
+        d.close()
+
+    def test_after_close_every_suspension_is_dead(self, make: Any) -> None:
+        d = make()
+        main = d.get_suspension()
+
+        def fn(cid: str) -> None:
+            suspension = d.get_suspension()
+            d.defer(lambda c: suspension.resume())
+            suspension.suspend()
+
+        d.defer(fn)
+        d.run()
+        d.close()
+        dead = "Suspension is dead: the event loop ended without resuming it"
+        with pytest.raises(RuntimeError, match=dead):
+            main.suspend()  # it would run the loop of a closed driver
+        with pytest.raises(RuntimeError, match=dead):
+            d.get_suspension().suspend()
+        late: list[str] = []
+
+        def in_greenlet() -> None:
+            try:
+                d.get_suspension().suspend()
+            except RuntimeError as exc:
+                late.append(str(exc))
+
+        greenlet.greenlet(in_greenlet).switch()
+        assert late == [dead]
 
     @pytest.mark.xfail(
         strict=True,

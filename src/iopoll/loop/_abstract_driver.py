@@ -286,11 +286,17 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
 
     def close(self) -> None:
         """Restore signal state and close the pollers.  The driver is unusable after:
-        ``run()`` and ``on_signal()`` raise ``RuntimeError``; a second ``close()`` does
-        nothing.  A callback still suspended (``get_suspension()``) can never be resumed
-        now: its greenlet is ended with ``GreenletExit`` (its ``finally`` blocks run, and
-        an error one raises goes to the error handler, or out of ``close()`` as the
-        ``UncaughtError`` that ``run()`` would have raised)."""
+        ``run()``, ``on_signal()`` and a main ``suspend()`` raise ``RuntimeError``, every
+        suspension is dead; a second ``close()`` does nothing.  While the loop runs (from a
+        callback, or another thread) it raises ``RuntimeError``.  A callback still
+        suspended (``get_suspension()``) can never be resumed now: its greenlet is ended
+        with ``GreenletExit`` (its ``finally`` blocks run, and an error one raises goes to
+        the error handler, or out of ``close()`` as the ``UncaughtError`` that ``run()``
+        would have raised)."""
+        if self._runner.running:
+            # A callback, or another thread, while run() or the main suspend() runs: the loop
+            # would go on over closed pollers.  asyncio refuses the same.
+            raise RuntimeError("Cannot close a running driver: stop() it first")
         self._closed = True  # a run() from a finally block below is refused
         before = self._interrupt
         try:

@@ -189,6 +189,7 @@ class LoopRunner:
         "_suspensions",
         "_main",
         "_last",
+        "_closed",
     )
 
     # What suspension() hands out (a subclass with C methods, for the accelerated drivers).
@@ -209,6 +210,7 @@ class LoopRunner:
         self._suspensions: weakref.WeakKeyDictionary[Any, Suspension] | None = None
         self._main: Suspension | None = None  # the root greenlet's suspension
         self._last: Suspension | None = None  # the one handed out last
+        self._closed = False  # close() was called: no loop, every suspension dead
 
     def run(self) -> None:
         """Run the loop until it ends (``Driver.run()``); raise what interrupted it."""
@@ -228,6 +230,8 @@ class LoopRunner:
     def enter(self) -> object:
         """Switch into the loop greenlet (made afresh if none is pending); return its interrupt:
         ``None`` when the loop ended, the main ``Suspension`` it resumed, or an exception."""
+        if self._closed:
+            raise RuntimeError("The driver is closed")
         module: Any = greenlet_module()
         self.getcurrent = module.getcurrent
         loop = self.loop
@@ -292,11 +296,17 @@ class LoopRunner:
         refers to it, and its own frames do (the callback's locals, ``suspend()``'s), which
         the garbage collector does not look into.  A greenlet of another thread is left.
         """
+        self._closed = True
+        self._last = None
+        if self._main is not None:
+            self._main._dead = True  # its suspend() would run the loop of a closed driver
         suspensions = self._suspensions
         if not suspensions:
             return
         current = self.getcurrent()
-        resumed = {id(fn.__self__) for fn, args in microtasks if _switches_in(fn, args)}
+        resumed = {
+            id(getattr(fn, "__self__", None)) for fn, args in microtasks if _switches_in(fn, args)
+        }
         # Every one is marked dead before any is ended: a finally block that resumes another
         # is then ignored, as for any dead suspension, instead of queueing a switch that a
         # closed driver never runs.
@@ -305,7 +315,8 @@ class LoopRunner:
             if owner.dead or suspension._dead or owner is current:
                 continue
             if not suspension._pending and id(suspension) not in resumed:
-                continue  # not waiting on this loop
+                suspension._dead = True  # idle: a suspend() from now on raises
+                continue
             try:
                 owner.parent = current  # back here once it ends
             except ValueError:
@@ -350,5 +361,7 @@ class LoopRunner:
             if suspension is None:
                 suspension = self._suspension_type(self, current, main=False)
                 self._suspensions[current] = suspension
+        if self._closed:
+            suspension._dead = True  # a closed driver's: suspend() raises
         self._last = suspension
         return suspension
