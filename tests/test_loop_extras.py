@@ -738,6 +738,21 @@ class TestSuspension:
         greenlet.greenlet(in_greenlet).switch()
         assert late == [dead]
 
+    def test_the_closing_greenlets_own_suspension_is_dead_too(self, make: Any) -> None:
+        d = make()
+        seen: list[str] = []
+
+        def body() -> None:
+            suspension = d.get_suspension()
+            d.close()
+            try:
+                suspension.suspend()  # nothing could ever resume it
+            except RuntimeError as exc:
+                seen.append(str(exc))
+
+        greenlet.greenlet(body).switch()
+        assert seen == ["Suspension is dead: the event loop ended without resuming it"]
+
     @pytest.mark.xfail(
         strict=True,
         reason="greenlet frees a suspended greenlet only when nothing refers to it, and its "

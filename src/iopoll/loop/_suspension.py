@@ -312,10 +312,10 @@ class LoopRunner:
         # closed driver never runs.
         stranded = []
         for owner, suspension in list(suspensions.items()):
-            if owner.dead or suspension._dead or owner is current:
+            if owner.dead or suspension._dead:
                 continue
-            if not suspension._pending and id(suspension) not in resumed:
-                suspension._dead = True  # idle: a suspend() from now on raises
+            if owner is current or (not suspension._pending and id(suspension) not in resumed):
+                suspension._dead = True  # not waiting: a suspend() from now on raises
                 continue
             try:
                 owner.parent = current  # back here once it ends
