@@ -70,6 +70,11 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
 from ._callbacks import READ, Callback, FdEntry, RepeatCallback, TimerCallback, check_callback
 from ._errors import InvalidCallbackError, UncaughtError
 from ._interface import ErrorHandler
@@ -90,6 +95,17 @@ IDLE_SLICE = 1.0
 def _heap_first(entry: tuple[float, int, TimerCallback], expiration: float, seq: int) -> bool:
     """Whether a heap entry comes before the FIFO's head, as their (expiration, seq) compare."""
     return entry[0] < expiration or (entry[0] == expiration and entry[1] < seq)
+
+
+def _names_an_open_file(fd: int) -> bool:
+    """Whether ``fd`` is open (POSIX; on Windows an int is a socket handle: assumed open)."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.fcntl(fd, fcntl.F_GETFD)
+    except OSError as exc:
+        return exc.errno != errno.EBADF
+    return True
 
 
 class _Poller(Protocol):
@@ -196,7 +212,12 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
 
     def _register(self, entry: FdEntry, events: int) -> None:
         try:
-            token = self._add(self._poller, entry, events)
+            if type(entry.stream) is int and not _names_an_open_file(entry.fd):
+                # poll() and select() take any number and report it ready (POLLNVAL, EBADF)
+                # on every tick; epoll refuses it below.  Lost as a closed stream is.
+                token = None
+            else:
+                token = self._add(self._poller, entry, events)
         except self._refusals as refusal:
             if getattr(refusal, "errno", None) == errno.EBADF:
                 # A number that is not open (a bare int closed since, or never opened): lost
