@@ -3,7 +3,7 @@
 An accelerated driver (``IoPollDriver``, ``SelectorsDriver``) makes a ``NativeLoopRunner``,
 which hands out ``NativeSuspension`` objects: ``suspend()``, ``resume()``, ``_switch_in()``,
 ``suspension()``, ``hand_over()`` and ``_loop_main()`` are C there, and Python on the pure
-drivers' ``LoopRunner`` and ``Suspension``.  The behaviour tests (``test_loop_extras.py``'s
+drivers' ``LoopRunner`` and ``Suspension``.  The behaviour tests (``test_loop_suspensions.py``'s
 ``TestSuspension``) run on both; here a Hypothesis test replays random schedules of
 suspensions through a pure and a C driver side by side and compares everything they log,
 and the targeted tests pin the errors, the arguments and the references.
