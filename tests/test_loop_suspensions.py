@@ -41,6 +41,19 @@ def test_without_greenlet_suspension_is_unsupported(monkeypatch: pytest.MonkeyPa
     assert log == ["plain"]
 
 
+def _close_expecting(d: Any, handled: list[BaseException] | None, message: str) -> None:
+    """``d.close()`` takes the error ``message`` of a finally block down the error path: to
+    the handler that appends to ``handled``, or (``None``: no handler) out of ``close()``
+    as the ``UncaughtError`` that ``run()`` would have raised."""
+    if handled is not None:
+        d.close()
+        assert [str(error) for error in handled] == [message]
+        return
+    with pytest.raises(UncaughtError) as info:
+        d.close()
+    assert str(info.value.__cause__) == message
+
+
 greenlet = pytest.importorskip("greenlet")
 
 DRIVERS = [
@@ -267,13 +280,7 @@ class TestSuspension:
 
         d.defer(lambda cid: _discard(greenlet.greenlet(body).switch()))
         d.run()
-        if handled:
-            d.close()
-            assert [str(error) for error in handled_errors] == ["from its finally block"]
-        else:
-            with pytest.raises(UncaughtError) as info:
-                d.close()
-            assert str(info.value.__cause__) == "from its finally block"
+        _close_expecting(d, handled_errors if handled else None, "from its finally block")
 
     def test_a_run_from_a_finally_block_on_close_is_refused(self, make: Any) -> None:
         d = make()
@@ -314,13 +321,7 @@ class TestSuspension:
         d.defer(lost)
         d.defer(lost)
         d.run()
-        if handled:
-            d.close()
-            assert [str(error) for error in handled_errors] == ["from a finally block"]
-        else:
-            with pytest.raises(UncaughtError) as info:
-                d.close()
-            assert str(info.value.__cause__) == "from a finally block"
+        _close_expecting(d, handled_errors if handled else None, "from a finally block")
         assert len(unwound) == 2
         with pytest.raises(RuntimeError, match="The driver is closed"):
             d.run()  # closed all the same
