@@ -220,8 +220,9 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
                 token = self._add(self._poller, entry, events)
         except self._refusals as refusal:
             if getattr(refusal, "errno", None) == errno.EBADF:
-                # A number that is not open (a bare int closed since, or never opened): lost
-                # below as a closed stream is; the fallback's poll() would call it ready.
+                # A number that is not open (a stream's fd closed behind its back; a bare int
+                # on Windows, which the check above leaves out): lost below as a closed
+                # stream is; the fallback's poll() would call it ready.
                 token = None
             else:
                 token = self._add_to_fallback(entry, events, refusal)

@@ -230,8 +230,6 @@ class LoopRunner:
     def enter(self) -> object:
         """Switch into the loop greenlet (made afresh if none is pending); return its interrupt:
         ``None`` when the loop ended, the main ``Suspension`` it resumed, or an exception."""
-        if self._closed:
-            raise RuntimeError("The driver is closed")
         module: Any = greenlet_module()
         self.getcurrent = module.getcurrent
         loop = self.loop
