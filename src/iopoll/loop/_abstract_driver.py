@@ -322,7 +322,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._closed = True  # a run() from a finally block below is refused
         before = self._interrupt
         try:
-            self._runner.close(self._microtasks, self._error)
+            self._runner.close(self._error)
         finally:
             super().close()
             self._poller.close()

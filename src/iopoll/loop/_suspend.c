@@ -20,7 +20,8 @@
 /* The slots and names install_suspensions() finds, once. */
 static struct {
     /* Suspension */
-    PyMemberDef *runner, *greenlet, *getcurrent, *main, *pending, *value, *error, *dead;
+    PyMemberDef *runner, *greenlet, *getcurrent, *main, *pending, *queued, *value, *error,
+        *dead;
     /* LoopRunner */
     PyMemberDef *loop, *r_getcurrent, *last, *run_loop, *interrupt, *queue;
     PyTypeObject *suspension_type; /* whose instances the Suspension slots are read from */
@@ -207,6 +208,7 @@ suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         Py_XDECREF(interrupt);
     }
     else {
+        put_bool(self, G.queued, 1);
         PyObject *queue = runner_slot(runner, G.queue);
         PyObject *switch_in = queue == NULL ? NULL : PyObject_GetAttr(self, G.s_switch_in);
         if (switch_in != NULL) {
@@ -227,6 +229,7 @@ suspension_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
 static PyObject *
 suspension_switch_in(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
+    put_bool(self, G.queued, 0);
     PyObject *ref = peek(self, G.greenlet);
     PyObject *owner = ref == NULL ? NULL : PyObject_CallNoArgs(ref);
     if (owner == NULL) {
@@ -368,7 +371,8 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
     PyTypeObject *r = runner_type, *s = suspension_type;
     if (!(G.runner = member_of(s, "_runner")) || !(G.greenlet = member_of(s, "_greenlet"))
         || !(G.getcurrent = member_of(s, "_getcurrent")) || !(G.main = member_of(s, "_main"))
-        || !(G.pending = member_of(s, "_pending")) || !(G.value = member_of(s, "_value"))
+        || !(G.pending = member_of(s, "_pending")) || !(G.queued = member_of(s, "_queued"))
+        || !(G.value = member_of(s, "_value"))
         || !(G.error = member_of(s, "_error")) || !(G.dead = member_of(s, "_dead"))
         || !(G.loop = member_of(r, "loop")) || !(G.r_getcurrent = member_of(r, "getcurrent"))
         || !(G.last = member_of(r, "_last")) || !(G.run_loop = member_of(r, "_run_loop"))

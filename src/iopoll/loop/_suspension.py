@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -49,15 +49,6 @@ def greenlet_module() -> ModuleType | None:
     return _module  # type: ignore[return-value]
 
 
-def _switches_in(fn: Callable[..., Any], args: tuple[Any, ...]) -> bool:
-    """Whether the microtask ``fn(*args)`` is a suspension's switch back (``_wake()``)."""
-    return (
-        not args
-        and isinstance(getattr(fn, "__self__", None), Suspension)
-        and getattr(fn, "__name__", None) == "_switch_in"
-    )
-
-
 def _no_greenlet() -> Any:
     raise RuntimeError("greenlet is not in use")
 
@@ -75,6 +66,7 @@ class Suspension:
         "_getcurrent",
         "_main",
         "_pending",
+        "_queued",
         "_value",
         "_error",
         "_dead",
@@ -86,6 +78,7 @@ class Suspension:
         self._getcurrent: Any = greenlet_module().getcurrent  # type: ignore[union-attr]
         self._main = main
         self._pending = False
+        self._queued = False  # resumed; the switch back (_switch_in) queued and not yet run
         self._value: Any = None
         self._error: BaseException | None = None
         self._dead = False
@@ -153,9 +146,11 @@ class Suspension:
         if self._main:
             self._runner.interrupt(self)
         else:
+            self._queued = True
             self._runner.queue((self._switch_in, ()))
 
     def _switch_in(self) -> None:
+        self._queued = False
         owner = self._greenlet()
         if owner is None or owner.dead:
             return
@@ -278,17 +273,13 @@ class LoopRunner:
             raise interrupt
         self.getcurrent().parent.switch(interrupt)
 
-    def close(
-        self,
-        microtasks: Iterable[Microtask],
-        error: Callable[[Callable[..., Any], Exception], None],
-    ) -> None:
+    def close(self, error: Callable[[Callable[..., Any], Exception], None]) -> None:
         """The driver closes: no suspension of it can be resumed any more.  End each greenlet
-        still waiting in one, suspended or resumed with its switch back still among
-        ``microtasks``, with ``GreenletExit``, so that its ``finally`` blocks run and its
-        frames are freed, as Revolt's fibers are destroyed once nothing can resume them.
-        An ``Exception`` that comes out of one (a greenlet a callback started) goes to
-        ``error(fn, exc)``, the driver's error path, as it would from the switch back.
+        still waiting in one, suspended, or resumed with its switch back not yet run, with
+        ``GreenletExit``, so that its ``finally`` blocks run and its frames are freed, as
+        Revolt's fibers are destroyed once nothing can resume them.  An ``Exception`` that
+        comes out of one (a greenlet a callback started) goes to ``error(fn, exc)``, the
+        driver's error path, as it would from the switch back.
 
         greenlet cannot do this by itself: a suspended greenlet is freed only when nothing
         refers to it, and its own frames do (the callback's locals, ``suspend()``'s), which
@@ -302,9 +293,6 @@ class LoopRunner:
         if not suspensions:
             return
         current = self.getcurrent()
-        resumed = {
-            id(getattr(fn, "__self__", None)) for fn, args in microtasks if _switches_in(fn, args)
-        }
         # Every one is marked dead before any is ended: a finally block that resumes another
         # is then ignored, as for any dead suspension, instead of queueing a switch that a
         # closed driver never runs.
@@ -312,14 +300,14 @@ class LoopRunner:
         for owner, suspension in list(suspensions.items()):
             if owner.dead or suspension._dead:
                 continue
-            if owner is current or (not suspension._pending and id(suspension) not in resumed):
+            if owner is current or not (suspension._pending or suspension._queued):
                 suspension._dead = True  # not waiting: a suspend() from now on raises
                 continue
             try:
                 owner.parent = current  # back here once it ends
             except ValueError:
                 continue  # another thread's greenlet, or an ancestor of this one: left
-            suspension._pending = False
+            suspension._pending = suspension._queued = False
             suspension._dead = True  # a suspend() in its finally block raises
             suspension._value = suspension._error = None
             stranded.append((owner, suspension))
