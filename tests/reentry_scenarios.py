@@ -533,8 +533,11 @@ def suspension_runner_type(cls: Driver) -> str:
         _attempt(seen, lambda: main.resume(8))
         main._main = True
 
+    suspensions: list[Any] = []
+
     def task() -> object:
         suspension = d.get_suspension()
+        suspensions.append(suspension)
         suspension._runner = Stranger()
         seen.append(("suspend returned", suspension.suspend()))
         suspension._runner, suspension._pending = 3.5, False  # as if resumed
@@ -542,7 +545,8 @@ def suspension_runner_type(cls: Driver) -> str:
         return "done"
 
     child = greenlet.greenlet(task)
-    seen.append(type(child.switch()).__name__)  # suspend() switched to its parent
+    seen.append(child.switch())  # suspend() switched to its parent
+    suspensions[0]._pending = False  # as if resumed: a switch back in without is forwarded
     seen.append(child.switch())
     return repr(seen)
 

@@ -117,6 +117,110 @@ class TestSuspension:
         d.run()
         assert sorted(map(str, log)) == ["greenlet", "micro"]
 
+    # greenlet sends a greenlet's end, and a suspend() in it, to its parent: the greenlet that
+    # made it.  Made outside the loop, or in a callback that has suspended since, and started
+    # by a later callback, it used to end run() early (the loop greenlet left in that
+    # callback) or wake the suspended callback without a resume().  It goes back to the
+    # callback that started it, as a Revolt fiber goes back to whoever started it.
+
+    def test_a_greenlet_made_outside_the_loop_ends_into_the_callback_that_started_it(
+        self, make: Any
+    ) -> None:
+        d = make()
+        log: list[object] = []
+        made = greenlet.greenlet(lambda: "its result")  # its parent: the greenlet of run()
+
+        def start(cid: str) -> None:
+            log.append(("switch() returned", made.switch()))
+
+        d.defer(start)
+        d.defer(lambda cid: log.append("the next callback"))
+        d.run()
+        log.append("run() returned")
+        assert log == [
+            ("switch() returned", "its result"),
+            "the next callback",
+            "run() returned",
+        ]
+
+    def test_a_greenlet_made_outside_the_loop_suspends_into_the_callback_that_started_it(
+        self, make: Any
+    ) -> None:
+        d = make()
+        log: list[object] = []
+
+        def work() -> str:
+            suspension = d.get_suspension()
+            d.delay(0.01, lambda cid: suspension.resume("resumed"))
+            log.append(("suspend() returned", suspension.suspend()))
+            return "its result"
+
+        made = greenlet.greenlet(work)
+
+        def start(cid: str) -> None:
+            log.append(("switch() returned", made.switch()))
+
+        d.defer(start)
+        d.defer(lambda cid: log.append("the next callback"))
+        # From the main greenlet's suspend() too, which enters the loop as run() does.
+        main = d.get_suspension()
+        d.delay(0.05, lambda cid: main.resume("main resumed"))
+        log.append(main.suspend())
+        assert log == [
+            ("switch() returned", None),
+            "the next callback",
+            ("suspend() returned", "resumed"),
+            "main resumed",
+        ]
+        assert made.dead
+
+    @pytest.mark.parametrize("suspends", [False, True], ids=["ends", "suspends"])
+    def test_a_greenlet_made_in_a_suspended_callback_does_not_wake_it(
+        self, make: Any, suspends: bool
+    ) -> None:
+        d = make()
+        log: list[object] = []
+
+        def work() -> str:
+            if suspends:
+                suspension = d.get_suspension()
+                d.delay(0.01, lambda cid: suspension.resume("resumed"))
+                log.append(("made: suspend() returned", suspension.suspend()))
+            return "its result"
+
+        made: list[Any] = []
+
+        def maker(cid: str) -> None:
+            made.append(greenlet.greenlet(work))  # its parent: this callback's greenlet
+            suspension = d.get_suspension()
+            d.delay(0.03, lambda c: suspension.resume("maker resumed"))
+            log.append(("maker: suspend() returned", suspension.suspend()))
+
+        d.defer(maker)
+        d.defer(lambda cid: log.append(("switch() returned", made[0].switch())))
+        d.run()
+        expected: list[object] = [("switch() returned", None if suspends else "its result")]
+        if suspends:
+            expected.append(("made: suspend() returned", "resumed"))
+        assert log == [*expected, ("maker: suspend() returned", "maker resumed")]
+        assert made[0].dead
+
+    def test_a_greenlet_suspending_into_the_callback_that_made_it_sends_none(
+        self, make: Any
+    ) -> None:
+        d = make()
+        log: list[object] = []
+
+        def work() -> None:
+            suspension = d.get_suspension()
+            d.defer(lambda cid: suspension.resume())
+            suspension.suspend()
+            log.append("resumed")
+
+        d.defer(lambda cid: log.append(("switch() returned", greenlet.greenlet(work).switch())))
+        d.run()
+        assert log == [("switch() returned", None), "resumed"]
+
     def test_suspensions_one_after_another_do_not_deepen_the_stack(self, make: Any) -> None:
         # Each suspension hands the loop to a new greenlet; greenlet starts one at the depth
         # of the frame that first switches into it, so a successor started in the suspended

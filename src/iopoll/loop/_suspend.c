@@ -28,11 +28,10 @@ static struct {
     PyTypeObject *runner_type;     /* and the LoopRunner slots */
     PyObject *main_suspend;    /* Suspension.suspend: the main greenlet's suspend() */
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
-    PyObject *suspended;       /* _suspension._SUSPENDED, sent to a parent by suspend() */
     PyObject *hand_over;       /* _suspension._HAND_OVER, sent to it by hand_over() */
     PyObject *superseded;      /* _suspension.Superseded */
     PyObject *no_args;         /* (): a microtask's arguments */
-    PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_switch_in;
+    PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_switch_in, *s_forward;
     PyObject *s_value;
     int made;
 } G;
@@ -118,24 +117,30 @@ suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
     put_bool(self, G.pending, 1);
     PyObject *runner = get_slot(self, G.runner);
     PyObject *loop = runner == NULL ? NULL : runner_slot(runner, G.loop);
-    PyObject *done = NULL;
+    PyObject *sent = NULL;
     if (loop == owner) {
-        done = call0(runner, G.s_hand_over); /* the loop goes on in a successor */
+        sent = call0(runner, G.s_hand_over); /* the loop goes on in a successor */
     }
     else if (loop != NULL) {
         PyObject *parent = PyObject_GetAttr(owner, G.s_parent);
         if (parent != NULL) {
-            done = call1(parent, G.s_switch, G.suspended);
+            sent = call1(parent, G.s_switch, Py_None); /* what the starter's switch() returns */
             Py_DECREF(parent);
         }
     }
     Py_XDECREF(loop);
-    Py_XDECREF(runner);
     Py_DECREF(owner);
-    if (done == NULL) {
+    /* Not a resume (that clears _pending first): a greenlet whose parent is this one ended
+     * or suspended (_suspension.py, the note above LoopRunner.forward). */
+    int waiting;
+    while (sent != NULL && (waiting = truth(self, G.pending)) != 0) {
+        Py_SETREF(sent, waiting < 0 ? NULL : call1(runner, G.s_forward, sent));
+    }
+    Py_XDECREF(runner);
+    if (sent == NULL) {
         return NULL;
     }
-    Py_DECREF(done);
+    Py_DECREF(sent);
     PyObject *error = get_slot(self, G.error);
     PyObject *value = get_slot(self, G.value);
     if (error == NULL || value == NULL) {
@@ -310,9 +315,9 @@ runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (parent == NULL) {
         return NULL;
     }
-    PyObject *done = call1(parent, G.s_switch, G.hand_over);
+    PyObject *sent = call1(parent, G.s_switch, G.hand_over);
     Py_DECREF(parent);
-    return discarded(done);
+    return sent; /* () from the resumption, or what forward() takes */
 }
 
 /* LoopRunner._loop_main: what a loop greenlet runs. */
@@ -389,12 +394,11 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
         Py_XDECREF(module);
         return -1;
     }
-    G.suspended = PyObject_GetAttrString(module, "_SUSPENDED");
     G.hand_over = PyObject_GetAttrString(module, "_HAND_OVER");
     G.superseded = PyObject_GetAttrString(module, "Superseded");
     Py_DECREF(module);
     G.no_args = PyTuple_New(0);
-    if (G.suspended == NULL || G.hand_over == NULL || G.superseded == NULL
+    if (G.hand_over == NULL || G.superseded == NULL
         || G.no_args == NULL) {
         return -1;
     }
@@ -405,6 +409,7 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
         {&G.s_switch, "switch"},         {&G.s_parent, "parent"},
         {&G.s_dead, "dead"},             {&G.s_hand_over, "hand_over"},
         {&G.s_switch_in, "_switch_in"},  {&G.s_value, "value"},
+        {&G.s_forward, "forward"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].target = PyUnicode_InternFromString(names[i].text)) == NULL) {

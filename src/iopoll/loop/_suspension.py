@@ -1,9 +1,10 @@
 """Revolt-style suspensions on greenlet (the optional ``iopoll[greenlet]`` extra), and the
 ``LoopRunner`` that enters a driver's loop.
 
-A greenlet other than the root one behaves like a PHP Fiber: ``suspend()`` switches to its
-parent (whoever started or last resumed it), and ``resume()``/``throw()`` queue a microtask
-that switches back into it, so resumption is never re-entrant.  The root greenlet ("main")
+A greenlet other than the root one behaves like a PHP Fiber: ``suspend()`` switches back to
+whoever started or last resumed it (greenlet's ``parent``, with ``LoopRunner.forward`` for
+the case greenlet gets wrong), and ``resume()``/``throw()`` queue a microtask that switches
+back into it, so resumption is never re-entrant.  The root greenlet ("main")
 runs the loop from ``suspend()``; ``resume()`` makes the loop hand control back to it after
 the current callback.  If the loop ends while main is still suspended, ``suspend()`` raises.
 
@@ -29,10 +30,11 @@ from ._errors import UnsupportedFeatureError
 
 __all__ = ["LoopRunner", "Superseded", "Suspension", "greenlet_module"]
 
-_SUSPENDED = object()
 # What a loop greenlet whose callback suspends sends to the greenlet that entered the loop,
 # which then starts the successor (LoopRunner.hand_over, LoopRunner.enter).
 _HAND_OVER = object()
+# What deliver() sends there with an interrupt, which it leaves in LoopRunner._delivered.
+_DELIVER = object()
 _module: ModuleType | bool | None = False  # False: not looked for yet
 
 Microtask = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -116,10 +118,15 @@ class Suspension:
             if isinstance(interrupt, BaseException):
                 self._pending = False
                 raise interrupt
-        elif owner is runner.loop:
-            runner.hand_over()  # the loop goes on in a successor; we wait to be resumed
         else:
-            owner.parent.switch(_SUSPENDED)
+            if owner is runner.loop:
+                sent = runner.hand_over()  # the loop goes on in a successor
+            else:
+                sent = owner.parent.switch(None)  # what the starter's switch() returns
+            while self._pending:
+                # Not a resume (that clears _pending first): a greenlet whose parent is
+                # this one ended or suspended (the note above LoopRunner.forward).
+                sent = runner.forward(sent)
         error, value = self._error, self._value
         self._error = self._value = None
         if error is not None:
@@ -185,6 +192,7 @@ class LoopRunner:
         "_main",
         "_last",
         "_closed",
+        "_delivered",
     )
 
     # What suspension() hands out (a subclass with C methods, for the accelerated drivers).
@@ -206,6 +214,7 @@ class LoopRunner:
         self._main: Suspension | None = None  # the root greenlet's suspension
         self._last: Suspension | None = None  # the one handed out last
         self._closed = False  # close() was called: no loop, every suspension dead
+        self._delivered: object = None  # deliver()'s interrupt, until enter() takes it
 
     def run(self) -> None:
         """Run the loop until it ends (``Driver.run()``); raise what interrupted it."""
@@ -237,17 +246,24 @@ class LoopRunner:
             raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
         self.running = True
         try:
-            interrupt = loop.switch(True) if fresh else loop.switch()
-            while interrupt is _HAND_OVER:
-                # The loop greenlet's callback suspended: a successor goes on with the loop,
-                # started here.  greenlet gives a new greenlet the recursion depth of the
-                # frame that first switches into it: started in the suspended callback, each
-                # successor would be deeper than the last, and a few hundred suspensions in
-                # one run() would raise RecursionError (or, with the limit raised, overflow
-                # the C stack).
-                loop = self.loop = module.greenlet(self._loop_main)
-                interrupt = loop.switch(False)
-            return interrupt
+            sent = loop.switch(True) if fresh else loop.switch()
+            while True:
+                if sent is _HAND_OVER:
+                    # The loop greenlet's callback suspended: a successor goes on with the
+                    # loop, started here.  greenlet gives a new greenlet the recursion depth
+                    # of the frame that first switches into it: started in the suspended
+                    # callback, each successor would be deeper than the last, and a few
+                    # hundred suspensions in one run() would raise RecursionError (or, with
+                    # the limit raised, overflow the C stack).
+                    loop = self.loop = module.greenlet(self._loop_main)
+                    sent = loop.switch(False)
+                elif sent is _DELIVER:
+                    interrupt, self._delivered = self._delivered, None
+                    return interrupt
+                elif self.loop.dead:
+                    return None  # the loop ended
+                else:
+                    sent = self.forward(sent)
         finally:
             self.running = False
 
@@ -257,10 +273,31 @@ class LoopRunner:
         except Superseded:
             pass  # back to whoever resumed this greenlet's suspended callback
 
-    def hand_over(self) -> None:
+    def hand_over(self) -> Any:
         """The loop greenlet's callback suspends: a successor greenlet continues the loop,
-        started by the greenlet that entered it (``enter()``), at that greenlet's depth."""
-        self.loop.parent.switch(_HAND_OVER)
+        started by the greenlet that entered it (``enter()``), at that greenlet's depth.
+        Returns what switches back in: ``()`` from the resumption, or what ``forward()``
+        takes."""
+        return self.loop.parent.switch(_HAND_OVER)
+
+    # Why forward() exists.
+    #
+    # greenlet sends what a greenlet returns, and what a suspend() in it sends, to its
+    # parent, which is the greenlet that *created* it, not the one that switched into it.
+    # A greenlet made outside the loop (its parent is the greenlet that runs run()) or in a
+    # callback that has since suspended, and started by a later callback, therefore ends,
+    # or suspends, into a greenlet that this module is keeping waiting: enter(), or a
+    # suspend() not yet resumed.  Taken as theirs, that switch would end run() early with
+    # the loop greenlet stranded in the callback, or return from a suspend() nothing
+    # resumed.  Revolt's fibers return to whoever started or resumed them.  The callback
+    # that started the greenlet is in the loop greenlet, in its switch() (callbacks run
+    # there): what came is handed on to it, and the greenlet it came to waits on.
+
+    def forward(self, sent: Any) -> Any:
+        """Hand ``sent``, which a greenlet started by a callback sent to its parent (a
+        greenlet waiting in ``enter()`` or ``suspend()``), to the loop greenlet, where that
+        callback waits in its ``switch()``; return what next switches back in."""
+        return self.loop.switch(sent)
 
     def deliver(self, interrupt: object) -> None:
         """Hand ``interrupt`` to whoever runs the loop (``run()`` or a main ``suspend()``).
@@ -271,7 +308,8 @@ class LoopRunner:
         if self.loop is None:
             assert isinstance(interrupt, BaseException)
             raise interrupt
-        self.getcurrent().parent.switch(interrupt)
+        self._delivered = interrupt
+        self.getcurrent().parent.switch(_DELIVER)
 
     def close(self, error: Callable[[Callable[..., Any], Exception], None]) -> None:
         """The driver closes: no suspension of it can be resumed any more.  End each greenlet
