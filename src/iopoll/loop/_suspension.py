@@ -119,10 +119,9 @@ class Suspension:
                 self._pending = False
                 raise interrupt
         else:
-            if owner is runner.loop:
-                sent = runner.hand_over()  # the loop goes on in a successor
-            else:
-                sent = owner.parent.switch(None)  # what the starter's switch() returns
+            # A loop greenlet hands the loop over to a successor; another greenlet goes back
+            # to its starter, whose switch() returns None.
+            sent = runner.hand_over() if owner is runner.loop else owner.parent.switch(None)
             while self._pending:
                 # Not a resume (that clears _pending first): a greenlet whose parent is
                 # this one ended or suspended (the note above LoopRunner.forward).
