@@ -968,7 +968,9 @@ _UNBLOCKABLE = {
     if hasattr(signal, name)
 }
 signum_values: st.SearchStrategy[Any] = st.one_of(
-    st.sampled_from([0, -1, signal.NSIG, 2**70, -(2**70), signal.SIGKILL, signal.SIGSTOP, 2**31]),
+    st.sampled_from(
+        [0, -1, 32, 33, signal.NSIG, 2**70, -(2**70), signal.SIGKILL, signal.SIGSTOP, 2**31]
+    ),
     st.integers(-(2**40), 2**40).filter(lambda n: n not in _UNBLOCKABLE),
     bools,
     st.sampled_from([1.0, "2", None, [], Junk(), float(signal.SIGUSR1)]),
@@ -981,7 +983,7 @@ def signum_faults(value: object) -> Faults:
     ``ValueError``."""
     if isinstance(value, bool) or not isinstance(value, int):
         return _TYPE_ERROR
-    if not 0 < value < signal.NSIG or value in (signal.SIGKILL, signal.SIGSTOP):
+    if value not in signal.valid_signals() or value in (signal.SIGKILL, signal.SIGSTOP):
         return _VALUE_ERROR
     return NONE
 

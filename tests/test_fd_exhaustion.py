@@ -145,3 +145,26 @@ def test_an_aio_server_accepting_at_the_fd_limit_recovers() -> None:
         return answers
 
     assert iopoll.aio.run(main()) == [b"first", b"second"]
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [b for b in Backend.available_backends() if b.supports_signal_handles()],
+    ids=lambda b: b.name,
+)
+def test_a_signal_handle_whose_fd_cannot_be_made_is_a_refused_add(backend: Backend) -> None:
+    """A SignalHandle makes its signalfd at the first add: EMFILE there is that add failing
+    (SPEC 6.10: TOOBIG), not an invalid handle, and nothing is blocked or registered."""
+    signal = pytest.importorskip("signal")
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handle = iopoll.SignalHandle([signal.SIGUSR1])
+    with iopoll.Context(backend) as ctx:
+        with no_fd_left(), pytest.raises(iopoll.FailedHandleAddError) as info:
+            ctx.add(handle, Event.SIGNAL)
+        assert info.value.code == ErrorCode.TOOBIG
+        assert len(ctx) == 0
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+        watcher = ctx.add(handle, Event.SIGNAL)  # fds free again: the same handle is added
+        assert signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        watcher.remove()
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before

@@ -218,6 +218,10 @@ class Context(GeneralWait):
         try:
             fd = handle.fileno()
         except (OSError, ValueError) as exc:
+            if source is not None and isinstance(exc, OSError):
+                # A signal or notify handle makes its fd at the first fileno(): EMFILE there
+                # is the add failing (TOOBIG), not a bad handle.
+                raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
             # io.BytesIO's fileno() raises UnsupportedOperation("fileno"): say what failed.
             raise InvalidHandleError(
                 f"Invalid handle for polling: its fileno() raised {type(exc).__name__}: {exc}"

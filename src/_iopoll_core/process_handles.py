@@ -11,6 +11,7 @@ false and ``add`` is refused with ``NOSUPPORT``; the handle itself can still be 
 
 from __future__ import annotations
 
+import errno
 import os
 import weakref
 from typing import Any
@@ -70,7 +71,13 @@ class ProcessHandle(SourceHandle):
                 self._closing = weakref.finalize(self, os.close, self._fd)
             else:
                 os.kill(pid, 0)
-        except ProcessLookupError as exc:
+        except (ProcessLookupError, FileNotFoundError) as exc:
+            # ESRCH: no such process; ENOENT (Linux 6.9+) or EINVAL: a thread's id, not a
+            # process's.
+            raise ValueError(f"pid must be the id of a running process: {exc.strerror}") from None
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
             raise ValueError(f"pid must be the id of a running process: {exc.strerror}") from None
         except PermissionError:
             pass  # it exists, and is not ours to signal (only from os.kill)

@@ -75,6 +75,8 @@ def duration_ns(value: object, argument: str) -> int:
             raise ValueError(f"{argument} must be a number of seconds, not NaN")
         if math.isinf(value):
             raise ValueError(f"{argument} must be finite, not {value}")
+        if value < 0:  # before the rounding, which makes -1e-10 zero
+            raise ValueError(f"{argument} must not be negative, not {value!r}")
         if value > MAX_DURATION_NS / 1e9:  # before the product, which could overflow
             raise ValueError(f"{argument} is too large: at most {MAX_DURATION_NS} nanoseconds")
         ns = round(value * 1e9)
@@ -113,7 +115,10 @@ class TimerHandle(SourceHandle):
             raise TypeError(f"periodic must be a bool, not {type(periodic).__name__}")
         ns = duration_ns(timeout, "timeout")
         if periodic and ns == 0:
-            raise ValueError("timeout must not be zero for a periodic timer")
+            raise ValueError(
+                "timeout must be at least 1 nanosecond for a periodic timer, "
+                f"not {timeout!r}"
+            )
         self._timeout_ns = ns
         self._periodic = periodic
 

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -104,6 +105,26 @@ class ProcessRules:
             child.wait()
             with pytest.raises(ValueError, match=re.escape("must be the id of a running process")):
                 process_handle(child.pid)
+        if sys.platform == "linux" and hasattr(os, "pidfd_open"):
+            # A thread's id is a pid to the kernel, but not a process's: pidfd_open() refuses
+            # it with EINVAL, or ENOENT since Linux 6.9.
+            ids: list[int] = []
+            ready, done = threading.Event(), threading.Event()
+
+            def thread() -> None:
+                ids.append(threading.get_native_id())
+                ready.set()
+                done.wait(10)
+
+            worker = threading.Thread(target=thread)
+            worker.start()
+            try:
+                ready.wait(10)
+                with pytest.raises(ValueError, match="must be the id of a running process"):
+                    process_handle(ids[0])
+            finally:
+                done.set()
+                worker.join()
 
     def test_poll_process_handle_basic_from_popen(self, api: ModuleType) -> None:
         """B.91, SPEC 10: from_popen(popen) and ProcessHandle(pid) give the child's pid;

@@ -74,11 +74,14 @@ class TimerRules:
 
     def test_poll_timer_handle_basic_invalid_timeout(self, api: ModuleType) -> None:
         """B.76, php-src poll_timer_handle_basic.phpt, SPEC 10 and 1: negative, NaN, inf or
-        too large: ValueError; zero with periodic=True: ValueError; not int, float or
+        too large: ValueError (a negative that rounds to 0 ns too); under a nanosecond with
+        periodic=True: ValueError; not int, float or
         timedelta: TypeError.  Each message names ``timeout``."""
         timer_handle = require(api, "TimerHandle")
         too_large = (10**30, 1e300)
-        for bad in (-1, -0.001, timedelta(microseconds=-1), math.nan, math.inf, -math.inf):
+        # -1e-10 and -1e-300 round to zero nanoseconds: still negative (as wait() says).
+        negative = (-1, -0.001, -1e-10, -1e-300, timedelta(microseconds=-1))
+        for bad in (*negative, math.nan, math.inf, -math.inf):
             with pytest.raises(ValueError, match="timeout"):
                 timer_handle(bad)
         for bad in too_large:
@@ -86,7 +89,7 @@ class TimerRules:
                 timer_handle(bad)
             with pytest.raises(ValueError, match="timeout"):
                 timer_handle(bad, periodic=True)
-        for zero in (0, 0.0, timedelta(0)):
+        for zero in (0, 0.0, timedelta(0), 1e-10):  # 1e-10: less than a nanosecond
             with pytest.raises(ValueError, match="timeout"):
                 timer_handle(zero, periodic=True)
         wrong_types: tuple[Any, ...] = ("1", b"1", None, [1], 1j, object())

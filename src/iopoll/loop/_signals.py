@@ -36,6 +36,10 @@ from ._errors import UnsupportedFeatureError
 
 __all__ = ["SignalSource", "SignalState", "HandleSignals", "only_thread"]
 
+# What on_signal() takes: this system's signals (not glibc's own 32 and 33), less the two
+# that cannot be caught.
+_CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
 
 def only_thread() -> bool:
     """Whether the calling thread is the process's only one, counting the threads that C
@@ -127,7 +131,7 @@ class SignalState(_PerSignal):
         """Validate a signal number and that signals can be handled from this thread."""
         if isinstance(signum, bool) or not isinstance(signum, int):
             raise TypeError(f"signum must be an int signal number, not {type(signum).__name__}")
-        if not 0 < signum < signal.NSIG or signum in (signal.SIGKILL, signal.SIGSTOP):
+        if signum not in _CATCHABLE:
             raise ValueError(f"signum must be a catchable signal number, not {signum}")
         if threading.current_thread() is not threading.main_thread():
             raise UnsupportedFeatureError("Signals can only be handled in the main thread")
