@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -137,6 +138,93 @@ def test_a_forked_child_gets_the_signals_unblocked() -> None:
         os.waitpid(pid, 0)
         assert signal.SIGUSR1 in blocked()  # the parent keeps its block
     assert answer == b"free"
+
+
+@needs_signal_handles
+@pytest.mark.parametrize("how", ["remove", "close", "collect"])
+def test_a_release_from_another_thread_is_settled_by_the_main_thread(how: str) -> None:
+    """pthread_sigmask acts on the calling thread: a signal watcher's last release in a
+    worker thread leaves the signal blocked in the main thread (a delivery waits, pending),
+    which unblocks it at its next block or unblock.  It used to unblock the worker's mask,
+    leave the main thread's blocked for good, and count the signal as blocked before the
+    next watcher, which then never gave it back."""
+    before = blocked()
+    assert signal.SIGUSR1 not in before
+    holder = [Context()]
+    watcher = holder[0].add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+
+    def release() -> None:
+        if how == "remove":
+            watcher.remove()
+        elif how == "close":
+            holder[0].close()
+        else:
+            holder.clear()
+            gc.collect()
+
+    worker = threading.Thread(target=release)
+    worker.start()
+    worker.join()
+    assert not watcher.is_active()
+    assert signal.SIGUSR1 in blocked()  # deferred to the main thread
+    with Context() as ctx:  # the main thread's next block settles it
+        other = ctx.add(SignalHandle([signal.SIGUSR2]), Event.SIGNAL)
+        assert signal.SIGUSR1 not in blocked()
+        other.remove()
+        again = ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+        assert signal.SIGUSR1 in blocked()
+        again.remove()
+    assert blocked() == before
+
+
+@needs_signal_handles
+def test_a_release_from_another_thread_then_a_new_watcher_keeps_the_block() -> None:
+    """A new watcher of a signal whose release waits for the main thread blocks on without
+    a gap, and gives the block back when it goes."""
+    before = blocked()
+    with Context() as ctx:
+        watcher = ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+        worker = threading.Thread(target=watcher.remove)
+        worker.start()
+        worker.join()
+        handle = SignalHandle([signal.SIGUSR1])
+        again = ctx.add(handle, Event.SIGNAL)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert ctx.wait(1) == [again]
+        assert handle.delivered() == [signal.SIGUSR1]
+        again.remove()
+    assert blocked() == before
+
+
+@needs_signal_handles
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_closing_an_inherited_context_keeps_its_own_block() -> None:
+    """The child's blocks start afresh: closing (or dropping) the context it inherited must
+    not take one from the block of the child's own watcher."""
+    reader, writer = os.pipe()
+    with Context() as ctx:
+        ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+        pid = os.fork()
+        if pid == 0:  # the child: its own watcher, then the inherited context closed
+            try:
+                mine = Context()
+                handle = SignalHandle([signal.SIGUSR1])
+                own = mine.add(handle, Event.SIGNAL)
+                ctx.close()
+                os.kill(os.getpid(), signal.SIGUSR1)
+                ok = (
+                    signal.SIGUSR1 in blocked()
+                    and mine.wait(1) == [own]
+                    and handle.delivered() == [signal.SIGUSR1]
+                )
+                os.write(writer, b"kept" if ok else b"lost")
+            finally:
+                os._exit(0)
+        os.close(writer)
+        answer = os.read(reader, 16)
+        os.close(reader)
+        os.waitpid(pid, 0)
+    assert answer == b"kept"
 
 
 @needs_signal_handles

@@ -59,6 +59,11 @@ def _forget_contexts_after_fork() -> None:
     # parent's registrations, so every inherited context becomes unusable here.
     for context in list(_contexts):
         context._use(context._mechanism, usable=False)
+        # The child's signal blocks start afresh (signal_handles._Blocks.unblock_in_child):
+        # an inherited signal watcher's release would take one from the child's own.
+        for release in context._releases.values():
+            release.detach()
+        context._releases.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -96,18 +96,32 @@ SIGNALFD_AVAILABLE = _signalfd is not None
 
 
 class _Blocks:
-    """How many active watchers block each signal, process-wide, and what was blocked first."""
+    """How many active watchers block each signal, process-wide, and what was blocked first.
 
-    __slots__ = ("counts", "blocked_before", "lock")
+    The mask that matters is the main thread's (watchers are added there only), and
+    ``pthread_sigmask`` changes the calling thread's.  A watcher's last release may come from
+    another thread (``remove()``, ``close()``, a collection there): its signals are then
+    ``deferred``, still blocked in the main thread, which unblocks them at its next
+    ``block()`` or ``unblock()`` (``settle()``): until then a delivery waits, pending, as
+    while the watcher was active, and is not lost.
+    """
+
+    __slots__ = ("counts", "blocked_before", "deferred", "lock")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
         self.blocked_before: set[int] = set()
+        self.deferred: set[int] = set()  # no watcher left; to unblock in the main thread
         self.lock = threading.Lock()
 
     def block(self, signals: tuple[int, ...]) -> None:
         with self.lock:
             new = [signum for signum in signals if not self.counts.get(signum)]
+            # Still blocked by us, waiting for settle(): blocked on, as they are.
+            kept = self.deferred.intersection(new)
+            self.deferred.difference_update(kept)
+            self._settle()
+            new = [signum for signum in new if signum not in kept]
             if new:
                 already = signal.pthread_sigmask(signal.SIG_BLOCK, new)
                 self.blocked_before.update(signum for signum in new if signum in already)
@@ -126,22 +140,32 @@ class _Blocks:
                 else:
                     self.counts.pop(signum, None)
                     last.append(signum)
-            if not last:
-                return
             for signum in last:
                 while signum in signal.sigpending() and signal.sigtimedwait([signum], 0):
                     keep(signum)
-            restore = [signum for signum in last if signum not in self.blocked_before]
-            self.blocked_before.difference_update(last)
-            if restore:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, restore)
+            self.deferred.update(last)
+            if threading.current_thread() is threading.main_thread():
+                self._settle()
+
+    def _settle(self) -> None:
+        """In the main thread, with the lock: unblock what ``deferred`` holds, except what was
+        blocked before the first watcher."""
+        if not self.deferred:
+            return
+        restore = [signum for signum in self.deferred if signum not in self.blocked_before]
+        self.blocked_before.difference_update(self.deferred)
+        self.deferred.clear()
+        if restore:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, restore)
 
     def unblock_in_child(self) -> None:
         """After ``os.fork``: the child gets the mask it would have had without us."""
         self.lock = threading.Lock()  # the parent's may have been held by another thread
-        restore = [signum for signum in self.counts if signum not in self.blocked_before]
+        held = self.deferred.union(self.counts)
+        restore = [signum for signum in held if signum not in self.blocked_before]
         self.counts.clear()
         self.blocked_before.clear()
+        self.deferred.clear()
         if restore:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, restore)
 
