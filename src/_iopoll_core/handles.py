@@ -192,10 +192,10 @@ class StreamPollWeakHandle(WeakHandle):
 
     __slots__ = ()
 
-    # One handle per live stream; the handle holds its stream weakly, so no cycle.
-    _made: ClassVar[weakref.WeakKeyDictionary[Any, StreamPollWeakHandle]] = (
-        weakref.WeakKeyDictionary()
-    )
+    # One handle per live stream, by identity (a WeakKeyDictionary would match two equal
+    # streams, and refuse an unhashable one): id(stream) -> its handle, whose entry goes
+    # when the stream is collected, before another object can have its id.
+    _made: ClassVar[dict[int, StreamPollWeakHandle]] = {}
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("StreamPollWeakHandle objects are made by StreamPollWeakHandle.create()")
@@ -207,21 +207,25 @@ class StreamPollWeakHandle(WeakHandle):
             raise TypeError(
                 f"stream must be an object with fileno(), not {type(stream).__name__}"
             )
-        try:
-            return cls._made[stream]
-        except KeyError:
-            pass
-        except TypeError:  # unhashable: weakref.ref below says whether it can be held
-            pass
+        key = id(stream)
+        handle = cls._made.get(key)
+        if handle is not None and handle._object() is stream:
+            return handle
         handle = cls.__new__(cls)
-        WeakHandle.__init__(handle, stream)
         try:
-            cls._made[stream] = handle
+            WeakHandle.__init__(handle, stream)
+            weakref.finalize(stream, cls._forget, key, handle)
         except TypeError:
             raise TypeError(
-                f"stream must be hashable and weakly referenceable, not {type(stream).__name__}"
+                f"stream must be weakly referenceable, not {type(stream).__name__}"
             ) from None
+        cls._made[key] = handle
         return handle
+
+    @classmethod
+    def _forget(cls, key: int, handle: StreamPollWeakHandle) -> None:
+        if cls._made.get(key) is handle:
+            del cls._made[key]
 
     @property
     def stream(self) -> HasFileno | None:

@@ -83,6 +83,46 @@ class WeakHandleRules:
             assert short_wait(ctx) == []
             assert len(ctx) == 0
 
+    def test_spec_10_weak_handle_is_one_per_stream_by_identity(
+        self, api: ModuleType, ctx: Any
+    ) -> None:
+        """SPEC 10: "one object per stream" is per object, not per equal value: two streams
+        that compare equal get a handle each, each watching its own fd; a stream that is not
+        hashable gets one too."""
+        weak = require(api, "StreamPollWeakHandle")
+
+        class Stream:  # equal by name, as a user's wrapper may be
+            def __init__(self, sock: socket.socket, name: str) -> None:
+                self.sock, self.name = sock, name
+
+            def fileno(self) -> int:
+                return self.sock.fileno()
+
+            def __eq__(self, other: object) -> bool:
+                return isinstance(other, Stream) and other.name == self.name
+
+            def __hash__(self) -> int:
+                return hash(self.name)
+
+        class Unhashable(Stream):
+            __hash__ = None  # type: ignore[assignment]
+
+        a, b = socketpair()
+        c, d = socketpair()
+        with closing_all(a, b, c, d):
+            old, new = Stream(b, "same"), Stream(d, "same")
+            assert old == new
+            handle_old, handle_new = weak.create(old), weak.create(new)
+            assert handle_new is not handle_old
+            assert handle_new.stream is new and handle_new.fileno() == d.fileno()
+            assert weak.create(new) is handle_new
+            watcher = ctx.add(handle_new, api.Event.READ, "new")
+            c.send(b"x")
+            assert reported(short_wait(ctx)) == {"new": api.Event.READ}
+            watcher.remove()
+            odd = Unhashable(b, "odd")
+            assert weak.create(odd) is weak.create(odd)
+
     def test_poll_weakhandle_getstream_null(self, api: ModuleType) -> None:
         """B.69, php-src poll_weakhandle_getstream_null.phpt, SPEC 10: once the stream is
         collected, .stream is None and is_valid() is false."""
