@@ -322,6 +322,32 @@ def test_fd_number_reuse(selector: IoPollSelector) -> None:
         selector.unregister(new)
 
 
+def test_a_new_mask_for_an_object_closed_while_registered_is_refused(backend: Backend) -> None:
+    # asyncio's remove_reader(sock) after sock.close(), with a writer still registered: a
+    # modify() through the closed object.  Its number names an unrelated socket now, which
+    # the remaining events used to be registered for (the writer then ran for that socket);
+    # the key is dropped with ENOENT, as the stdlib's EpollSelector does.
+    def scenario(sel: selectors.BaseSelector) -> object:
+        a, b = socket.socketpair()
+        fd = a.fileno()
+        sel.register(a, R | W, "old")
+        a.close()
+        b.close()
+        c, d = socket.socketpair()
+        with c, d:
+            unrelated = c if c.fileno() == fd else d
+            assert unrelated.fileno() == fd
+            with pytest.raises(FileNotFoundError):
+                sel.modify(a, W, "old, write only")
+            return len(sel.get_map()), [key.data for key, _ in sel.select(0)]
+
+    if backend is Backend.EPOLL:
+        assert same_on_both(backend, scenario) == (0, [])
+    else:  # the stdlib's poll and select selectors watch the unrelated socket
+        with IoPollSelector(backend) as sel:
+            assert scenario(sel) == (0, [])
+
+
 @pytest.mark.parametrize("given", ["socket", "fd"])
 def test_fd_number_reuse_with_the_same_events(selector: IoPollSelector, given: str) -> None:
     # asyncio's add_reader on a new socket whose number a closed one still holds a reader

@@ -85,6 +85,14 @@ def _fileobj_to_fd(fileobj: _FileObj) -> int:
     return fd
 
 
+def _closed(fileobj: Any) -> bool:
+    """Whether an object with ``fileno()`` has no fd any more (a closed socket's is -1)."""
+    try:
+        return int(fileobj.fileno()) < 0
+    except (AttributeError, TypeError, ValueError, OSError):
+        return True
+
+
 def _check_events(events: int) -> None:
     if not events or events & ~_VALID_EVENTS:
         raise ValueError(f"events must be EVENT_READ, EVENT_WRITE or both, not {events!r}")
@@ -243,6 +251,15 @@ class IoPollSelector(selectors.BaseSelector):
         same = fileobj is key.fileobj or (type(fileobj) is int and fileobj == key.fileobj)
         if events != key.events or not same:
             _check_events(events)
+            if same and not isinstance(fileobj, int) and _closed(fileobj):
+                # Closed while registered (asyncio's remove_reader() after close()): the
+                # number may name another file now, which the new events must not watch.
+                # The key is dropped and ENOENT raised, as the stdlib's EpollSelector does
+                # (the kernel dropped the closed file's registration with it).
+                self.unregister(fileobj)
+                raise FileNotFoundError(
+                    errno.ENOENT, f"{fileobj!r} was closed while registered (FD {fd})"
+                )
             key = SelectorKey(key.fileobj, fd, events, data)
             try:
                 self._watchers[fd].modify(_TO_EVENT[events], key)
