@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import selectors
+import signal
 import socket
 import tempfile
 import time
@@ -320,6 +321,30 @@ def test_fd_number_reuse(selector: IoPollSelector) -> None:
         peer.send(b"x")
         assert [(k.data, e) for k, e in selector.select(1)] == [("again", R)]
         selector.unregister(new)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no setitimer here")
+def test_a_signal_handler_raising_interrupted_error_ends_select_empty(backend: Backend) -> None:
+    # The stdlib selectors catch InterruptedError around the OS wait and return what they
+    # have: a handler that raises it ends select() with nothing, as with them.
+    def handler(signum: int, frame: object) -> None:
+        raise InterruptedError(errno.EINTR, "from the handler")
+
+    def scenario(sel: selectors.BaseSelector) -> object:
+        a, b = socket.socketpair()
+        with a, b:
+            sel.register(a, R)
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            try:
+                return sel.select(5)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        assert same_on_both(backend, scenario) == []
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_a_new_mask_for_an_object_closed_while_registered_is_refused(backend: Backend) -> None:

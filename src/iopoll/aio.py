@@ -319,6 +319,8 @@ class IoPollSelector(selectors.BaseSelector):
                 timeout = 1.0  # selectors takes True as 1; the Context refuses a bool
         try:
             return self._context.wait(timeout)
+        except InterruptedError:
+            return []  # a signal handler's own InterruptedError: the stdlib selectors' rule
         except FailedPollOperationError as exc:
             if exc.errno == errno.EINTR:
                 return []
