@@ -221,6 +221,22 @@ class TestSuspension:
         d.run()
         assert log == [("switch() returned", None), "resumed"]
 
+    def test_a_greenlet_switched_into_without_resume_and_no_loop_raises(self, make: Any) -> None:
+        d = make()
+        log: list[object] = []
+
+        def work() -> str:
+            suspension = d.get_suspension()
+            with pytest.raises(RuntimeError, match="without resume"):
+                suspension.suspend()
+            log.append(repr(suspension))
+            return "its result"
+
+        made = greenlet.greenlet(work)
+        assert made.switch() is None  # suspended, outside any loop
+        assert made.switch() == "its result"  # switched into again, no resume(): refused
+        assert log == ["<Suspension greenlet idle>"]
+
     def test_suspensions_one_after_another_do_not_deepen_the_stack(self, make: Any) -> None:
         # Each suspension hands the loop to a new greenlet; greenlet starts one at the depth
         # of the frame that first switches into it, so a successor started in the suspended

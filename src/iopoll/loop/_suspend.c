@@ -138,6 +138,7 @@ suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     Py_XDECREF(runner);
     if (sent == NULL) {
+        put_bool(self, G.pending, 0); /* it waits no more */
         return NULL;
     }
     Py_DECREF(sent);

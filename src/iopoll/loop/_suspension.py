@@ -4,9 +4,9 @@
 A greenlet other than the root one behaves like a PHP Fiber: ``suspend()`` switches back to
 whoever started or last resumed it (greenlet's ``parent``, with ``LoopRunner.forward`` for
 the case greenlet gets wrong), and ``resume()``/``throw()`` queue a microtask that switches
-back into it, so resumption is never re-entrant.  The root greenlet ("main")
-runs the loop from ``suspend()``; ``resume()`` makes the loop hand control back to it after
-the current callback.  If the loop ends while main is still suspended, ``suspend()`` raises.
+back into it, so resumption is never re-entrant.  The root greenlet ("main") runs the loop
+from ``suspend()``; ``resume()`` makes the loop hand control back to it after the current
+callback.  If the loop ends while main is still suspended, ``suspend()`` raises.
 
 All of a driver's greenlet state is one ``LoopRunner``: whether the loop runs, the greenlet
 that runs it, and the suspensions handed out.  Callbacks run in the loop greenlet itself, so
@@ -122,10 +122,14 @@ class Suspension:
             # A loop greenlet hands the loop over to a successor; another greenlet goes back
             # to its starter, whose switch() returns None.
             sent = runner.hand_over() if owner is runner.loop else owner.parent.switch(None)
-            while self._pending:
-                # Not a resume (that clears _pending first): a greenlet whose parent is
-                # this one ended or suspended (the note above LoopRunner.forward).
-                sent = runner.forward(sent)
+            try:
+                while self._pending:
+                    # Not a resume (that clears _pending first): a greenlet whose parent is
+                    # this one ended or suspended (the note above LoopRunner.forward).
+                    sent = runner.forward(sent)
+            except BaseException:
+                self._pending = False  # it waits no more
+                raise
         error, value = self._error, self._value
         self._error = self._value = None
         if error is not None:
@@ -295,7 +299,13 @@ class LoopRunner:
     def forward(self, sent: Any) -> Any:
         """Hand ``sent``, which a greenlet started by a callback sent to its parent (a
         greenlet waiting in ``enter()`` or ``suspend()``), to the loop greenlet, where that
-        callback waits in its ``switch()``; return what next switches back in."""
+        callback waits in its ``switch()``; return what next switches back in.  With no
+        loop running there is no such callback: ``RuntimeError``."""
+        if not self.running:
+            raise RuntimeError(
+                "A greenlet waiting in suspend() was switched into without resume() or "
+                "throw(), and no loop runs to hand that switch to"
+            )
         return self.loop.switch(sent)
 
     def deliver(self, interrupt: object) -> None:
