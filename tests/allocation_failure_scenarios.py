@@ -218,13 +218,20 @@ if __name__ == "__main__":
     # greenlet is left out: suspensions are not under test, and greenlet 3 itself crashes
     # when its constructor meets a failed allocation (green_new's error path).
     sys.modules["greenlet"] = None  # type: ignore[assignment]
-    # One run first, for what a first run imports or caches (the greenlet lookup): CPython's
-    # import machinery does not survive every failed allocation (a SystemError).
+    # One run first, for what a first run imports or caches (the greenlet lookup, the
+    # registration's functools caches and the enum.Flag combinations they make): CPython's
+    # import machinery does not survive every failed allocation, nor does 3.10's enum
+    # (a SystemError either way, CPython's own).
     from iopoll.loop import IoPollDriver
 
     warm = IoPollDriver()
     warm.defer(lambda cid: None)
+    left, right = socket.socketpair()
+    warm.on_readable(left, lambda cid, stream: warm.cancel(cid))
+    right.send(b"x")
     warm.run()
     warm.close()
+    left.close()
+    right.close()
     for name in sys.argv[1:]:
         print(f"{name}: {walk(name)} allocations failed")
