@@ -75,12 +75,12 @@ class ProcessHandle(SourceHandle):
             # ESRCH: no such process; ENOENT (Linux 6.9+) or EINVAL: a thread's id, not a
             # process's.
             raise ValueError(f"pid must be the id of a running process: {exc.strerror}") from None
+        except PermissionError:
+            pass  # it exists, and is not ours to signal (only from os.kill)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             raise ValueError(f"pid must be the id of a running process: {exc.strerror}") from None
-        except PermissionError:
-            pass  # it exists, and is not ours to signal (only from os.kill)
         self._pid = pid
 
     @classmethod

@@ -38,7 +38,9 @@ __all__ = ["SignalSource", "SignalState", "HandleSignals", "only_thread"]
 
 # What on_signal() takes: this system's signals (not glibc's own 32 and 33), less the two
 # that cannot be caught.
-_CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+_CATCHABLE = frozenset(signal.valid_signals()).difference(
+    getattr(signal, name) for name in ("SIGKILL", "SIGSTOP") if hasattr(signal, name)
+)
 
 
 def only_thread() -> bool:
