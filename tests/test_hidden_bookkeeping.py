@@ -179,3 +179,27 @@ def test_a_one_shot_cut_by_max_events_before_a_rebuild_fires_once(
     assert len(fired) + len(again) <= 1, "a one-shot fired twice without a re-arm (SPEC 6.4)"
     once.modify_events(Event.READ | Event.ONESHOT)  # re-armed: the byte is reported once more
     assert [w for w in ctx.wait(0) if w is once] == [once]
+
+
+def test_a_rebuild_does_not_watch_the_file_that_took_a_closed_int_fds_number(
+    ctx: Any, pairs: Any, keepers: list[int]
+) -> None:
+    """A bare int fd closed without remove(): epoll dropped its entry with the file.  An
+    unwatched socket that takes the number was watched again by the next rebuild, which
+    registers by number, and reported as the old watcher: its data went to the old
+    watcher's owner (found with asyncio's add_reader(fd) and a late remove_reader)."""
+    if ctx.backend.name != "EPOLL":
+        pytest.skip("only epoll rebuilds (poll and select watch numbers: SPEC 6.9)")
+    a, _ = pairs()
+    number = a.fileno()
+    old = ctx.add(number, Event.READ, "old")  # a bare int: no stream to ask
+    a.close()
+    c, d = pairs()
+    if number not in (c.fileno(), d.fileno()):
+        pytest.skip("the fd number was not reused")
+    peer = d if c.fileno() == number else c
+    force_a_rebuild(ctx, pairs, keepers)
+    assert not old.is_active()
+    peer.send(b"for the unwatched socket")
+    assert ctx.wait(0) == []
+    assert ctx.wait(0) == []

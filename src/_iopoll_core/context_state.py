@@ -16,6 +16,7 @@ stream was closed without ``remove()``.
 
 from __future__ import annotations
 
+import os
 import socket
 import weakref
 from collections.abc import Callable, Iterable
@@ -35,6 +36,7 @@ from .errors import (
 from .events import DecodeTable, ErrorCode, Event, coerce_events, needs_modes, os_events
 from .handles import (
     MAX_FD,
+    StreamPollHandle,
     _Uncopyable,
 )
 from .mechanism import Mechanism
@@ -49,6 +51,26 @@ def _no_fd() -> int:
     # A timer watcher's fd probe: it answers the fd it was added with (-1), so the checks
     # of a stream's liveness always find a timer alive.
     return -1
+
+
+def _still_its_file(watcher: Watcher, held: dict[int, int]) -> bool:
+    """Whether a watcher may be registered again by its number in a rebuild.
+
+    A stream says itself that it was closed (its ``fileno()``); a bare ``int`` cannot.  Its
+    file was closed if the old OS object dropped its entry (``held``: number -> inode), and
+    the number names another file if the inode differs; either way a registration by number
+    would watch a file nobody asked for.
+    """
+    handle = watcher._handle
+    if type(handle) is not StreamPollHandle or type(handle._stream) is not int:
+        return True
+    inode = held.get(watcher._fd)
+    if inode is None:
+        return False
+    try:
+        return os.fstat(watcher._fd).st_ino == inode
+    except OSError:
+        return False
 
 
 class ContextState(_Uncopyable):
@@ -255,11 +277,14 @@ class ContextState(_Uncopyable):
         old = self._usable
         assert old is not None
         registered = len(self._watchers) + len(self._stale_fds)
+        held = old.registered_files()
         fresh = type(old)()
         edges: list[Watcher] = []
         others: list[Watcher] = []
         for fd, watcher in list(self._watchers.items()):
-            if not watcher._stream_open():
+            if not watcher._stream_open() or (
+                held is not None and watcher._armed and not _still_its_file(watcher, held)
+            ):
                 self._mark_lost(watcher)
                 self._forget(fd)
             elif watcher._oneshot and self._leftovers.get(fd) and old.disarms_reported_oneshots:

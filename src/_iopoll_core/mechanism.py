@@ -75,5 +75,10 @@ class Mechanism:
     # method, so that epoll can hand the Context its C function with no Python frame between.
     poll: Callable[[float, int], list[tuple[int, int]]]
 
+    def registered_files(self) -> dict[int, int] | None:
+        """The inode of the file each fd number is registered for, as the OS object holds
+        them (a closed file's registration is gone), or None where it cannot say."""
+        return None
+
     def close(self) -> None:
         """Release the OS object."""

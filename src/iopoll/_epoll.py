@@ -9,6 +9,10 @@ Why the choices:
 * An entry in the interest list is keyed by (fd number, open file).  Closing an fd whose
   file a ``dup`` keeps open leaves an entry that ``EPOLL_CTL_DEL`` can no longer reach;
   ``unregister`` reports that, and the Context rebuilds the epoll object.
+* Linux lists an epoll object's entries in ``/proc/self/fdinfo/<epfd>``, one line per
+  entry with the registered file's inode (``tfd: N events: .. data: .. pos:.. ino:X``):
+  what the rebuild asks (``registered_files``) before it registers a bare ``int`` fd again,
+  whose number may name another file now.
 """
 
 from __future__ import annotations
@@ -84,6 +88,21 @@ class EpollMechanism(Mechanism):
     def disarm(self, fd: int) -> None:
         # Only for one-shots reported from buffered bytes: the kernel did not disarm them.
         self.unregister(fd)
+
+    def registered_files(self) -> dict[int, int] | None:
+        try:
+            with open(f"/proc/self/fdinfo/{self.native_fd}", encoding="ascii") as info:
+                lines = info.read().splitlines()
+        except (OSError, ValueError):  # no /proc here
+            return None
+        held = {}
+        for line in lines:
+            if line.startswith("tfd:"):
+                fields = line.split()
+                inode = [field[4:] for field in fields if field.startswith("ino:")]
+                if inode:
+                    held[int(fields[1])] = int(inode[0], 16)
+        return held
 
     def close(self) -> None:
         self._epoll.close()
