@@ -203,3 +203,26 @@ def test_a_rebuild_does_not_watch_the_file_that_took_a_closed_int_fds_number(
     peer.send(b"for the unwatched socket")
     assert ctx.wait(0) == []
     assert ctx.wait(0) == []
+
+
+@pytest.mark.skipif(not iopoll.Backend.EPOLL.is_available(), reason="no epoll here")
+def test_epoll_lists_the_file_of_each_registered_number(pairs: Any) -> None:
+    """What the rebuild reads: each registered number with its file's inode, from the
+    kernel's own listing (/proc/self/fdinfo); a closed file's entry is gone."""
+    from iopoll._epoll import EpollMechanism
+
+    mechanism = EpollMechanism()
+    try:
+        a, b = pairs()
+        c, _ = pairs()
+        for sock in (a, b, c):
+            mechanism.register(sock.fileno(), int(Event.READ))
+        held = mechanism.registered_files()
+        if held is None:
+            pytest.skip("/proc/self/fdinfo does not list epoll entries here")
+        assert held == {s.fileno(): os.fstat(s.fileno()).st_ino for s in (a, b, c)}
+        gone = c.fileno()
+        c.close()
+        assert gone not in (mechanism.registered_files() or {})
+    finally:
+        mechanism.close()

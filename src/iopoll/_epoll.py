@@ -102,7 +102,9 @@ class EpollMechanism(Mechanism):
                 inode = [field[4:] for field in fields if field.startswith("ino:")]
                 if inode:
                     held[int(fields[1])] = int(inode[0], 16)
-        return held
+        # No entry listed: a kernel (or a sandbox's /proc) that does not list them, as far
+        # as this can tell; a rebuild always has the stale entry that asked for it.
+        return held or None
 
     def close(self) -> None:
         self._epoll.close()
