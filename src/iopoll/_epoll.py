@@ -18,6 +18,7 @@ Why the choices:
 from __future__ import annotations
 
 import errno
+import os
 import select
 from typing import ClassVar
 
@@ -90,16 +91,23 @@ class EpollMechanism(Mechanism):
         self.unregister(fd)
 
     def registered_files(self) -> dict[int, int] | None:
+        # os.open and os.read rather than open(): no buffered file object, whose lock's
+        # allocation fails with RuntimeError rather than MemoryError.
         try:
-            with open(f"/proc/self/fdinfo/{self.native_fd}", encoding="ascii") as info:
-                lines = info.read().splitlines()
-        except (OSError, ValueError):  # no /proc here
+            fd = os.open(f"/proc/self/fdinfo/{self.native_fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no /proc here
             return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
         held = {}
-        for line in lines:
-            if line.startswith("tfd:"):
+        for line in b"".join(chunks).splitlines():
+            if line.startswith(b"tfd:"):
                 fields = line.split()
-                inode = [field[4:] for field in fields if field.startswith("ino:")]
+                inode = [field[4:] for field in fields if field.startswith(b"ino:")]
                 if inode:
                     held[int(fields[1])] = int(inode[0], 16)
         # No entry listed: a kernel (or a sandbox's /proc) that does not list them, as far
