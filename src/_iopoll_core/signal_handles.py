@@ -102,7 +102,7 @@ class _Blocks:
     ``pthread_sigmask`` changes the calling thread's.  A watcher's last release may come from
     another thread (``remove()``, ``close()``, a collection there): its signals are then
     ``deferred``, still blocked in the main thread, which unblocks them at its next
-    ``block()`` or ``unblock()`` (``settle()``): until then a delivery waits, pending, as
+    ``block()`` or ``unblock()`` (``_settle()``): until then a delivery waits, pending, as
     while the watcher was active, and is not lost.
     """
 
@@ -117,7 +117,7 @@ class _Blocks:
     def block(self, signals: tuple[int, ...]) -> None:
         with self.lock:
             new = [signum for signum in signals if not self.counts.get(signum)]
-            # Still blocked by us, waiting for settle(): blocked on, as they are.
+            # Still blocked by us, waiting for _settle(): blocked on, as they are.
             kept = self.deferred.intersection(new)
             self.deferred.difference_update(kept)
             self._settle()
