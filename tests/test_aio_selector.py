@@ -287,6 +287,26 @@ def test_closed_selector(backend: Backend, pair: tuple[socket.socket, socket.soc
         sel.get_key(pair[0])
 
 
+def test_register_again_after_close_is_key_error(backend: Backend) -> None:
+    # The stdlib finds a closed object among the keys by identity, and says it is already
+    # registered; an unregistered closed object has no fd: ValueError.
+    def scenario(sel: selectors.BaseSelector) -> object:
+        a, b = socket.socketpair()
+        sel.register(a, R)
+        a.close()
+        b.close()
+        with pytest.raises(KeyError):
+            sel.register(a, W)
+        c, d = socket.socketpair()
+        c.close()
+        d.close()
+        with pytest.raises(ValueError):
+            sel.register(c, R)
+        return len(sel.get_map())
+
+    assert same_on_both(backend, scenario) == 1
+
+
 def test_unregister_after_close_finds_fileobj(selector: IoPollSelector) -> None:
     a, b = socket.socketpair()
     key = selector.register(a, R, "data")

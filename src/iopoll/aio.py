@@ -202,7 +202,9 @@ class IoPollSelector(selectors.BaseSelector):
     def register(self, fileobj: _FileObj, events: int, data: Any = None) -> SelectorKey:
         """Register ``fileobj`` for ``events`` (``EVENT_READ``, ``EVENT_WRITE`` or both)."""
         _check_events(events)
-        fd = _fileobj_to_fd(fileobj)
+        # A closed object still registered is found by identity: "already registered"
+        # (KeyError), as the stdlib says, rather than its invalid fd's ValueError.
+        fd = self._fileobj_lookup(fileobj)
         if fd > MAX_FD:  # beyond a C int: no OS call takes it (the stdlib's OverflowError)
             raise ValueError(f"fileobj has an invalid file descriptor: {fd}")
         if self._closed:
