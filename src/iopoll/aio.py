@@ -85,12 +85,13 @@ def _fileobj_to_fd(fileobj: _FileObj) -> int:
     return fd
 
 
-def _closed(fileobj: Any) -> bool:
-    """Whether an object with ``fileno()`` has no fd any more (a closed socket's is -1)."""
+def _closed(fileobj: _FileObj) -> bool:
+    """Whether ``fileobj`` has no fd any more (a closed socket's is -1)."""
     try:
-        return int(fileobj.fileno()) < 0
-    except (AttributeError, TypeError, ValueError, OSError):
+        _fileobj_to_fd(fileobj)
+    except ValueError:
         return True
+    return False
 
 
 def _check_events(events: int) -> None:
