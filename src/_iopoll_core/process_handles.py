@@ -71,14 +71,12 @@ class ProcessHandle(SourceHandle):
                 self._closing = weakref.finalize(self, os.close, self._fd)
             else:
                 os.kill(pid, 0)
-        except (ProcessLookupError, FileNotFoundError) as exc:
-            # ESRCH: no such process; ENOENT (Linux 6.9+) or EINVAL: a thread's id, not a
-            # process's.
-            raise ValueError(f"pid must be the id of a running process: {exc.strerror}") from None
         except PermissionError:
             pass  # it exists, and is not ours to signal (only from os.kill)
         except OSError as exc:
-            if exc.errno != errno.EINVAL:
+            # ESRCH: no such process; ENOENT (Linux 6.9+) or EINVAL: a thread's id, not a
+            # process's.
+            if exc.errno not in (errno.ESRCH, errno.ENOENT, errno.EINVAL):
                 raise
             raise ValueError(f"pid must be the id of a running process: {exc.strerror}") from None
         self._pid = pid
