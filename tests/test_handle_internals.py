@@ -261,3 +261,20 @@ def test_a_refused_add_leaves_no_block_behind() -> None:
             ctx.add(handle, Event.SIGNAL)
         assert signal.SIGUSR1 in blocked()
     assert blocked() == before
+
+
+def test_a_collected_streams_weak_handle_leaves_the_registry() -> None:
+    """create() keeps one handle per live stream by id(); the stream's collection removes
+    the entry (the handle's own weak reference calls back), before the id can be reused."""
+    from iopoll import StreamPollWeakHandle
+
+    a, b = socket.socketpair()
+    with b:
+        handle = StreamPollWeakHandle.create(a)
+        key = id(a)
+        assert StreamPollWeakHandle._made[key] is handle
+        a.close()
+        del a
+        gc.collect()
+        assert key not in StreamPollWeakHandle._made
+        assert handle.stream is None and not handle.is_valid()

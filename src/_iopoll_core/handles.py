@@ -190,12 +190,13 @@ class StreamPollWeakHandle(WeakHandle):
     the stream is closed or collected.
     """
 
-    __slots__ = ()
+    __slots__ = ("_key",)
 
     # One handle per live stream, by identity (a WeakKeyDictionary would match two equal
     # streams, and refuse an unhashable one): id(stream) -> its handle, whose entry goes
-    # when the stream is collected, before another object can have its id.
+    # when the stream is collected (_collected), before another object can have its id.
     _made: ClassVar[dict[int, StreamPollWeakHandle]] = {}
+    _key: int
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("StreamPollWeakHandle objects are made by StreamPollWeakHandle.create()")
@@ -214,18 +215,18 @@ class StreamPollWeakHandle(WeakHandle):
         handle = cls.__new__(cls)
         try:
             WeakHandle.__init__(handle, stream)
-            weakref.finalize(stream, cls._forget, key, handle)
         except TypeError:
             raise TypeError(
                 f"stream must be weakly referenceable, not {type(stream).__name__}"
             ) from None
+        handle._key = key
         cls._made[key] = handle
         return handle
 
-    @classmethod
-    def _forget(cls, key: int, handle: StreamPollWeakHandle) -> None:
-        if cls._made.get(key) is handle:
-            del cls._made[key]
+    def _collected(self, ref: object) -> None:
+        if self._made.get(self._key) is self:
+            del self._made[self._key]
+        super()._collected(ref)
 
     @property
     def stream(self) -> HasFileno | None:

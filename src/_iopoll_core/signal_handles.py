@@ -44,7 +44,7 @@ from .source_handles import SourceHandle
 __all__ = ["SignalHandle", "SIGNALFD_AVAILABLE"]
 
 # The signals this system has: not glibc's own 32 and 33, nor numbers below NSIG it lacks.
-_VALID = frozenset(signal.valid_signals())
+VALID_SIGNALS = frozenset(signal.valid_signals())
 # Signals that cannot be blocked, or that the kernel sends to the faulting thread itself.
 _UNBLOCKABLE = frozenset(
     getattr(signal, name)
@@ -209,7 +209,7 @@ class SignalHandle(SourceHandle):
                 raise TypeError(f"signals must contain only ints, not {type(signum).__name__}")
             if not 0 < signum < signal.NSIG:
                 raise ValueError(f"signals must be between 1 and {signal.NSIG - 1}, not {signum}")
-            if signum not in _VALID:
+            if signum not in VALID_SIGNALS:
                 # glibc keeps 32 and 33 for its threads: not in valid_signals(), and never
                 # blocked, so one delivered would take its default action.
                 raise ValueError(

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from _iopoll_core.context import Context
 from _iopoll_core.errors import PollError
 from _iopoll_core.events import Event
-from _iopoll_core.signal_handles import SignalHandle
+from _iopoll_core.signal_handles import VALID_SIGNALS, SignalHandle
 from _iopoll_core.watcher import Watcher
 
 from ._errors import UnsupportedFeatureError
@@ -38,7 +38,7 @@ __all__ = ["SignalSource", "SignalState", "HandleSignals", "only_thread"]
 
 # What on_signal() takes: this system's signals (not glibc's own 32 and 33), less the two
 # that cannot be caught.
-_CATCHABLE = frozenset(signal.valid_signals()).difference(
+_CATCHABLE = VALID_SIGNALS.difference(
     getattr(signal, name) for name in ("SIGKILL", "SIGSTOP") if hasattr(signal, name)
 )
 
