@@ -381,8 +381,10 @@ int loop_activate_timer(PyObject *self, PyObject *callback, PyObject *timers, Py
                         PyObject *fifo, PyObject *seq);
 int loop_tidy_if_due(PyObject *self);
 
-/* The classes of the records made in C (_records.c), made by the first install(). */
+/* The classes of the records made in C (_records.c), made by the first install(); and
+ * the module function that tracks a driver's untracked ones before a full collection. */
 int make_record_types(void);
+PyObject *track_records(PyObject *module, PyObject *driver);
 
 /* Whether `kind` is one of the stream records on_readable() and on_writable() make: the
  * run loop's usual callback, told apart without a subclass walk. */

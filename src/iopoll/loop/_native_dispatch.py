@@ -8,10 +8,17 @@ parents keep the Python methods, which are the reference: the tests run both.
 Their suspensions go the same way: such a driver's ``LoopRunner`` is a ``NativeLoopRunner``,
 which hands out ``NativeSuspension`` objects, and both get the C versions of the methods one
 suspension and its resumption run (``_suspend.c``).
+
+The records their C ``defer()``, ``delay()`` and ``repeat()`` make are not tracked by the
+garbage collector when made (``_records.c`` says why): every driver of an accelerated class
+goes into ``RECORD_OWNERS`` as it is made, and a ``gc.callbacks`` entry has the records they
+hold tracked at the start of each full collection, so that a cycle through one is found.
 """
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +26,21 @@ from .._native import install_accelerator
 from ._abstract_driver import AbstractDriver
 from ._suspension import LoopRunner, Suspension
 
-__all__ = ["NativeLoopRunner", "NativeSuspension", "accelerate"]
+__all__ = ["RECORD_OWNERS", "NativeLoopRunner", "NativeSuspension", "accelerate"]
+
+# The drivers whose untracked C records a full collection must see (the module doc).
+RECORD_OWNERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _track_records(phase: str, info: dict[str, int]) -> None:
+    """The ``gc.callbacks`` entry: before a full collection, track the C records of every
+    driver still in ``RECORD_OWNERS``, the unreachable ones included (their weak references
+    hold until the collection frees them)."""
+    if phase == "start" and info["generation"] == 2:
+        from ._speedups import track_records
+
+        for driver in list(RECORD_OWNERS):
+            track_records(driver)
 
 
 class NativeSuspension(Suspension):
@@ -56,6 +77,9 @@ def accelerate(
         install(cls, AbstractDriver, LoopRunner)
         install_suspensions(NativeLoopRunner, NativeSuspension)
         cls._runner_type = NativeLoopRunner
+        cls._record_owners = RECORD_OWNERS
+        if _track_records not in gc.callbacks:
+            gc.callbacks.append(_track_records)
         if io is not None:
             install_io(cls, *io)
 

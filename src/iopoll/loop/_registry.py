@@ -60,9 +60,9 @@ import heapq
 import itertools
 import operator
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableSet
 from types import CodeType
-from typing import Any
+from typing import Any, ClassVar
 
 from ._callbacks import (
     _CO_ASYNC,
@@ -121,6 +121,12 @@ class CallbackRegistry(Driver):
         "_closed",
     )
 
+    # Where a driver of a class whose records C makes goes when it is made: those records
+    # start out untracked by the garbage collector, and the drivers in this set have theirs
+    # tracked before each full collection (_native_dispatch.py, _records.c).  None: the
+    # records are the Python classes', tracked as any object.
+    _record_owners: ClassVar[MutableSet[CallbackRegistry] | None] = None
+
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}  # the id map, of the indexed records
         self._unindexed: list[Callback] = []  # defers and timers not in it yet (module doc)
@@ -147,6 +153,8 @@ class CallbackRegistry(Driver):
         self._signals: SignalSource | None = None  # made with the first signal callback
         self._signal_callbacks: dict[int, dict[str, SignalCallback]] = {}
         self._closed = False  # close() was called: run() and on_signal() refuse
+        if self._record_owners is not None:
+            self._record_owners.add(self)
 
     # -- hooks ----------------------------------------------------------------------------------
 

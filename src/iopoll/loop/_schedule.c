@@ -255,11 +255,16 @@ check_timed(PyObject *fn)
     return plain ? 0 : refuse_unless_callback(fn);
 }
 
-/* A fresh record of `type`: what `type()` makes, every slot unset. */
+/* A fresh record of `type`: what `type()` makes, every slot unset, and not tracked by the
+ * garbage collector until a full collection comes (_records.c says why). */
 static inline PyObject *
 new_record(PyTypeObject *type)
 {
-    return type->tp_alloc(type, 0);
+    PyObject *record = type->tp_alloc(type, 0);
+    if (record != NULL) {
+        PyObject_GC_UnTrack(record);
+    }
+    return record;
 }
 
 PyObject *

@@ -500,6 +500,10 @@ static PyMethodDef module_methods[] = {
     {"install_suspensions", (PyCFunction)(void (*)(void))install_suspensions, METH_FASTCALL,
      "install_suspensions(runner_cls, suspension_cls)\n--\n\n"
      "Put the C suspension round trip on subclasses of LoopRunner and Suspension."},
+    {"track_records", (PyCFunction)track_records, METH_O,
+     "track_records(driver)\n--\n\n"
+     "Track, for the garbage collector, the records of ``driver`` that ``defer()``,\n"
+     "``delay()`` and ``repeat()`` made untracked; called before each full collection."},
     {"method_names", (PyCFunction)method_names, METH_NOARGS,
      "method_names()\n--\n\nThe names of the methods ``install()`` puts on a class."},
     {"direct_calls", (PyCFunction)direct_calls, METH_NOARGS,

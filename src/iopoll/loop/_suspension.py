@@ -59,6 +59,10 @@ class Superseded(BaseException):
     """Ends a loop greenlet whose callback suspended and was resumed after a successor took over."""
 
 
+class _Delivered(Superseded):
+    """Ends a loop greenlet that handed an exception to ``run()`` (``LoopRunner.deliver``)."""
+
+
 class Suspension:
     """Suspends the greenlet it belongs to until ``resume()`` or ``throw()`` is called."""
 
@@ -264,7 +268,9 @@ class LoopRunner:
                     interrupt, self._delivered = self._delivered, None
                     return interrupt
                 elif self.loop.dead:
-                    return None  # the loop ended
+                    # The loop ended: by itself (None), or with an exception for run().
+                    interrupt, self._delivered = self._delivered, None
+                    return interrupt
                 else:
                     sent = self.forward(sent)
         finally:
@@ -311,20 +317,28 @@ class LoopRunner:
     def deliver(self, interrupt: object) -> None:
         """Hand ``interrupt`` to whoever runs the loop (``run()`` or a main ``suspend()``).
 
-        Without greenlet it can only be an exception, and is raised.  With greenlet, the next
-        ``run()`` or main ``suspend()`` switches back in here and the loop goes on.
+        Without greenlet it can only be an exception, and is raised.  With greenlet, an
+        exception ends the loop greenlet, and the next ``run()`` starts a fresh one, which
+        first runs what the tick left, as a loop without greenlet does.  Left waiting, that
+        greenlet would keep the driver alive for good: its frames refer to the driver, which
+        refers to it, and the garbage collector does not look into a suspended greenlet's
+        frames.  A resumed main ``Suspension`` is handed over with the loop greenlet kept:
+        the next ``run()`` or main ``suspend()`` switches back in here and the loop goes on.
         """
         if self.loop is None:
             assert isinstance(interrupt, BaseException)
             raise interrupt
         self._delivered = interrupt
+        if isinstance(interrupt, BaseException):
+            raise _Delivered  # out through _loop_main; enter() takes the interrupt
         self.getcurrent().parent.switch(_DELIVER)
 
     def close(self, error: Callable[[Callable[..., Any], Exception], None]) -> None:
         """The driver closes: no suspension of it can be resumed any more.  End each greenlet
-        still waiting in one, suspended, or resumed with its switch back not yet run, with
-        ``GreenletExit``, so that its ``finally`` blocks run and its frames are freed, as
-        Revolt's fibers are destroyed once nothing can resume them.  An ``Exception`` that
+        still waiting in one, suspended, or resumed with its switch back not yet run, and the
+        loop greenlet if it waits for the next ``run()``, with ``GreenletExit``, so that
+        their ``finally`` blocks run and their frames are freed, as Revolt's fibers are
+        destroyed once nothing can resume them.  An ``Exception`` that
         comes out of one (a greenlet a callback started) goes to ``error(fn, exc)``, the
         driver's error path, as it would from the switch back.
 
@@ -336,6 +350,16 @@ class LoopRunner:
         self._last = None
         if self._main is not None:
             self._main._dead = True  # its suspend() would run the loop of a closed driver
+        loop = self.loop
+        if loop and not self.running:
+            # Waiting in deliver() since it handed a resumed main suspension back: nothing
+            # runs this loop again.
+            try:
+                loop.parent = self.getcurrent()
+            except ValueError:
+                pass  # another thread's loop: left
+            else:
+                loop.throw()
         suspensions = self._suspensions
         if not suspensions:
             return
