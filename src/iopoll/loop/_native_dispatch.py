@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._native import install_accelerator
@@ -28,19 +28,20 @@ from ._suspension import LoopRunner, Suspension
 
 __all__ = ["RECORD_OWNERS", "NativeLoopRunner", "NativeSuspension", "accelerate"]
 
-# The drivers whose untracked C records a full collection must see (the module doc).
+# The drivers whose untracked C records a full collection must see (the module doc), and
+# what tracks them: _speedups.track_records, once a class is accelerated.
 RECORD_OWNERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_track: Callable[[Any], None] | None = None
 
 
 def _track_records(phase: str, info: dict[str, int]) -> None:
     """The ``gc.callbacks`` entry: before a full collection, track the C records of every
     driver still in ``RECORD_OWNERS``, the unreachable ones included (their weak references
     hold until the collection frees them)."""
-    if phase == "start" and info["generation"] == 2:
-        from ._speedups import track_records
-
+    track = _track
+    if track is not None and phase == "start" and info["generation"] == 2:
         for driver in list(RECORD_OWNERS):
-            track_records(driver)
+            track(driver)
 
 
 class NativeSuspension(Suspension):
@@ -72,12 +73,14 @@ def accelerate(
     """
 
     def install_dispatch() -> None:
-        from ._speedups import install, install_io, install_suspensions
+        global _track
+        from ._speedups import install, install_io, install_suspensions, track_records
 
         install(cls, AbstractDriver, LoopRunner)
         install_suspensions(NativeLoopRunner, NativeSuspension)
         cls._runner_type = NativeLoopRunner
         cls._record_owners = RECORD_OWNERS
+        _track = track_records
         if _track_records not in gc.callbacks:
             gc.callbacks.append(_track_records)
         if io is not None:
