@@ -138,15 +138,17 @@ def test_records_start_untracked_and_a_full_collection_tracks_them(cls: type[Any
 
 @needs_c
 def test_drivers_are_owners_while_they_live() -> None:
+    gc.collect()
+    before = len(RECORD_OWNERS)
     d = IoPollDriver()
-    assert d in RECORD_OWNERS
-    assert PyIoPollDriver()._record_owners is None  # its records are the Python classes'
+    assert d in RECORD_OWNERS and len(RECORD_OWNERS) == before + 1
+    pure = PyIoPollDriver()
+    assert pure._record_owners is None and pure not in RECORD_OWNERS  # Python records
     gone = weakref.ref(d)
     d.close()
     del d
     gc.collect()
-    assert gone() is None
-    assert all(type(owner) is not IoPollDriver or owner is not None for owner in RECORD_OWNERS)
+    assert gone() is None and len(RECORD_OWNERS) == before
 
 
 @needs_c
