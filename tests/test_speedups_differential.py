@@ -1113,6 +1113,55 @@ def test_eintr_with_a_handler_that_closes_the_context_and_opens_another(
     assert _close_and_reopen_in_handler(module, pairs) == (True, True)
 
 
+def _rebuild_in_handler(module: ModuleType, blocking_wait: Wait, make: MakePair) -> Any:
+    """A SIGALRM handler adds a writable socket that takes the number of a watched socket
+    closed behind a ``dup``: the Context replaces its epoll object, closing the one the
+    blocking wait is in.  The wait goes on, on the new one (PEP 475), and finds the socket."""
+    idle, _idle_peer = make()
+    gone, _gone_peer = make()
+    kept: list[socket.socket] = []
+    with module.Context(Backend.EPOLL) as ctx:
+        ctx.add(idle, READ, "idle")
+        ctx.add(gone, READ, "gone")
+        held = os.dup(gone.fileno())  # the file stays open: a stale epoll entry
+        number = gone.fileno()
+        gone.close()
+        try:
+
+            def handler(signum: int, frame: FrameType | None) -> None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                fresh, peer = make()
+                kept.extend((fresh, peer))
+                assert fresh.fileno() == number  # the lowest free number
+                ctx.add(fresh, WRITE, "fresh")
+
+            started = time.monotonic()
+            with sigalrm(handler, 0.05):
+                result = _labels(blocking_wait(ctx))
+            return result, time.monotonic() - started < 2.0
+        finally:
+            os.close(held)
+
+
+@needs_sigalrm
+@pytest.mark.skipif(not Backend.EPOLL.is_available(), reason="needs EPOLL")
+@pytest.mark.parametrize(
+    "blocking_wait",
+    [
+        pytest.param(lambda ctx: ctx.wait(None), id="wait(None)"),
+        pytest.param(lambda ctx: ctx.wait(5.0), id="wait(5.0)"),
+        pytest.param(lambda ctx: ctx.wait(5, 0, 3), id="wait(5,0,3)"),
+    ],
+)
+@pytest.mark.parametrize("module", MODULES)
+def test_eintr_with_a_handler_that_makes_the_context_rebuild(
+    module: ModuleType, blocking_wait: Wait, pairs: MakePair
+) -> None:
+    """It raised EBADF (FailedPollWaitError) on both paths: the retry waited on the closed
+    epoll object."""
+    assert _rebuild_in_handler(module, blocking_wait, pairs) == ([("fresh", int(WRITE))], True)
+
+
 NESTING_BACKENDS = [
     pytest.param(backend, id=backend.name)
     for backend in (Backend.EPOLL, Backend.POLL, Backend.SELECT)

@@ -324,7 +324,11 @@ class Context(GeneralWait):
             try:
                 raw = poll(wait_for, len(watchers))
             except OSError as exc:
-                self._poll_failed(exc)
+                if self._usable is None or self._fast_poll is poll:
+                    self._poll_failed(exc)
+                # A signal handler made the Context rebuild its OS object, closing the one
+                # this poll waited on: the rest of the wait is on the new one.
+                return self._finish_wait([], seconds, started)
             if not raw and wait_for is not seconds:
                 return self._finish_wait(raw, seconds, started)  # the deadline cut it short
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which

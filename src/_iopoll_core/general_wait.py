@@ -145,6 +145,11 @@ class GeneralWait(ContextState):
         try:
             return mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
+            if self._usable not in (mechanism, None):
+                # A signal handler made the Context rebuild its OS object (closing the one
+                # this poll waits on, whose retry then fails): the caller's loop waits on
+                # the new one for the time that is left, as PEP 475 would.
+                return []
             self._poll_failed(exc)
 
     def _poll_failed(self, exc: OSError) -> NoReturn:

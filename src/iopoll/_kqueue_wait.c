@@ -294,8 +294,7 @@ kqueue_fast_wait(PyObject *self, PyObject *mechanism, int kq, Py_ssize_t nwatche
         call.events = (struct kevent *)PyByteArray_AS_STRING(buffer);
         reports = (Report *)(call.events + call.size);
     }
-    int count = wait_retrying(self, kqueue_call, &call, seconds, NULL, kqueue_recheck, NULL,
-                              started);
+    int count = wait_retrying(self, kqueue_call, &call, seconds, kqueue_recheck, NULL, started);
     if (count == WAIT_HANDED_BACK) {
         PyObject *none = PyList_New(0);
         if (none != NULL) {

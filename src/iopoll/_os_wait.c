@@ -190,14 +190,13 @@ milliseconds(double seconds)
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
- * `os_object` (the select.epoll object, or NULL) is asked after the handlers whether one of
- * them closed it, as CPython's own retry finds (EBADF): its fd number may be another file's
- * by then; `recheck`, if given, after that (WAIT_HANDED_BACK when it says 0).  Before it
- * blocks, it sets *started, if NULL, to time.monotonic() (see wait_with()), and calls
- * `prepare`, if given. */
+ * `recheck`, if given, is asked after the handlers whether the OS object is still the one
+ * to wait on (a handler may have closed the Context, or made it replace the object):
+ * WAIT_HANDED_BACK when it says 0.  Before it blocks, it sets *started, if NULL, to
+ * time.monotonic() (see wait_with()), and calls `prepare`, if given. */
 int
-wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
-              Recheck recheck, Prepare prepare, PyObject **started)
+wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck recheck,
+              Prepare prepare, PyObject **started)
 {
     int timeout = seconds < 0.0 ? -1 : milliseconds(seconds);
     double deadline = 0.0; /* read when the wait first blocks (`blocked`) */
@@ -242,20 +241,6 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject 
         }
         if (PyErr_CheckSignals() < 0) {
             return -1;
-        }
-        if (os_object != NULL) {
-            PyObject *closed = PyObject_GetAttrString(os_object, "closed");
-            int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
-            Py_XDECREF(closed);
-            if (is_closed < 0) {
-                return -1;
-            }
-            if (is_closed) {
-                errno = EBADF;
-                PyErr_SetFromErrno(PyExc_OSError);
-                poll_failed(self);
-                return -1;
-            }
         }
         if (recheck != NULL) {
             int go_on = recheck(call);
@@ -384,6 +369,8 @@ finally:
 #ifdef IOPOLL_HAVE_EPOLL
 
 typedef struct {
+    PyObject *self;
+    PyObject *epoll_object; /* the select.epoll object whose fd epfd is, or NULL */
     int epfd;
     struct epoll_event *events;
     int size;
@@ -396,6 +383,52 @@ epoll_call(void *call, int timeout)
     return epoll_wait(c->epfd, c->events, c->size, timeout);
 }
 
+/* A Recheck: whether epfd is still the Context's epoll after the signal handlers ran.  A
+ * handler can make the Context rebuild it (an add() of a stream whose number a stale entry
+ * holds): the old object is closed, and the rest of the wait is the Python path's, on the
+ * new one, as its own retry would be.  A handler that closed the Context gets what an
+ * epoll_wait() on a closed epoll gets (EBADF, through _poll_failed), as the Python path
+ * does; its fd number may be another file's by then, so it is not waited on again. */
+static int
+epoll_recheck(void *call)
+{
+    EpollCall *c = call;
+    PyObject *native = get_slot(c->self, slots.native_fd);
+    if (native == NULL) {
+        return -1;
+    }
+    long fd = PyLong_Check(native) ? PyLong_AsLong(native) : -1;
+    Py_DECREF(native);
+    if (fd == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    int closed = 0;
+    if (c->epoll_object != NULL) {
+        PyObject *flag = PyObject_GetAttr(c->epoll_object, slots.str_closed);
+        closed = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+        if (closed < 0) {
+            return -1;
+        }
+    }
+    if (!closed && fd == c->epfd) {
+        return 1;
+    }
+    PyObject *mechanism = get_slot(c->self, slots.usable);
+    if (mechanism == NULL) {
+        return -1;
+    }
+    int gone = mechanism == Py_None; /* the Context was closed */
+    Py_DECREF(mechanism);
+    if (gone) {
+        errno = EBADF;
+        PyErr_SetFromErrno(PyExc_OSError);
+        poll_failed(c->self);
+        return -1;
+    }
+    return 0;
+}
+
 _Static_assert(sizeof(Report) <= sizeof(struct epoll_event), "reports overwrite the events");
 
 /* wait()'s fast path on EPOLL: epoll_wait(2) on the Context's epoll fd, with room for a
@@ -405,7 +438,8 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
                 PyObject *seconds_obj, double seconds, PyObject **started, int cut, Held *held)
 {
     struct epoll_event stack_events[STACK_REPORTS];
-    EpollCall call = {epfd, stack_events, nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
+    EpollCall call = {self, epoll_object, epfd, stack_events,
+                      nwatchers > INT_MAX ? INT_MAX : (int)nwatchers};
     PyObject *buffer = NULL, *result = NULL;
     if (call.size > STACK_REPORTS) {
         buffer = take_buffer(self, (Py_ssize_t)call.size * (Py_ssize_t)sizeof(struct epoll_event));
@@ -414,8 +448,15 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
         }
         call.events = (struct epoll_event *)PyByteArray_AS_STRING(buffer);
     }
-    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_object, NULL, NULL, started);
-    if (count >= 0) {
+    int count = wait_retrying(self, epoll_call, &call, seconds, epoll_recheck, NULL, started);
+    if (count == WAIT_HANDED_BACK) {
+        PyObject *none = PyList_New(0);
+        if (none != NULL) {
+            result = finish_wait(self, none, seconds_obj, started);
+            Py_DECREF(none);
+        }
+    }
+    else if (count >= 0) {
         /* The reports are written over the events, in order: a Report is no larger than
          * an epoll_event, so reports[i] never reaches events[i], which is read first. */
         Report *reports = (Report *)call.events;
@@ -493,7 +534,7 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
         (nfds_t)((size_t)PyByteArray_GET_SIZE(pollfds) / sizeof(struct pollfd)), stack_fds, NULL,
     };
     PyObject *result = NULL, *reports_buffer = NULL;
-    int count = wait_retrying(self, poll_call, &call, seconds, NULL, NULL, poll_prepare, started);
+    int count = wait_retrying(self, poll_call, &call, seconds, NULL, poll_prepare, started);
     if (count >= 0) {
         Report *reports = stack_reports;
         if (call.buffer != NULL) {

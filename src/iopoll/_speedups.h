@@ -96,8 +96,8 @@ typedef int (*Prepare)(void *call);
  * retry, the reports delivered to their watchers, and _finish_wait. */
 PyObject *take_buffer(PyObject *self, Py_ssize_t size);
 void put_buffer(PyObject *self, PyObject *buffer);
-int wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, PyObject *os_object,
-                  Recheck recheck, Prepare prepare, PyObject **started);
+int wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck recheck,
+                  Prepare prepare, PyObject **started);
 PyObject *finish_wait(PyObject *self, PyObject *raw, PyObject *seconds_obj, PyObject **started);
 PyObject *deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
                   PyObject **started, int cut, Held *held);
