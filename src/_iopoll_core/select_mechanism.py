@@ -240,8 +240,11 @@ class SelectMechanism(Mechanism):
         kinds = self.kinds
         self.readers = list(self.interest)
         self.writers = [fd for fd, ev in self.interest.items() if ev & _WANTS_WRITE]
+        # A pipe's write end is left out: readable, it is never READ (translate()).
         self.reading = {
-            fd: kinds[fd] != _ALWAYS for fd, ev in self.interest.items() if ev & _WANTS_READ
+            fd: kinds[fd] != _ALWAYS
+            for fd, ev in self.interest.items()
+            if ev & _WANTS_READ and kinds[fd] != _PIPE_WRITER
         }
         self.changed = False
         return []
@@ -289,6 +292,9 @@ class SelectMechanism(Mechanism):
             kind = kinds[fd]
             if kind == _ALWAYS:
                 bits = _READ
+            elif kind == _PIPE_WRITER:
+                # The reader is gone.  FIONREAD would count the bytes it left in the pipe.
+                bits = _ERROR
             else:
                 try:  # FIONREAD: are bytes waiting, or is this end of file?
                     _ioctl(fd, _FIONREAD, count)
@@ -330,7 +336,7 @@ class SelectMechanism(Mechanism):
             return bits
         if kind == _PIPE:
             return _HANGUP  # end of file: every writer is gone
-        return _ERROR  # _PIPE_WRITER: the reader is gone
+        return _ERROR  # not open any more (translate() answers a pipe's write end itself)
 
     @staticmethod
     def _merge_writable(ready: list[tuple[int, int]], writable: list[int]) -> None:

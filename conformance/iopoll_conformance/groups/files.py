@@ -248,6 +248,40 @@ class FileRules:
             with pytest.raises(BrokenPipeError):
                 write_end.write(b"x")
 
+    def test_spec_6_7_pipe_write_end_reader_closed_with_bytes_left(
+        self, api: Any, caps: Capabilities, ctx: Any, strict_extras_on: bool
+    ) -> None:
+        """SPEC 6.2 and 6.7: bytes the reader never read do not make a broken write end
+        readable: the break is ERROR (WRITE|ERROR with WRITE asked), never READ, for a
+        watcher of READ, WRITE or both (select(): ERROR or HANGUP, as above)."""
+        _skip_on_sockets_only(caps)
+        skip_unless_stated(not caps.select_semantics, strict_extras_on, _SOCKETS_ONLY)
+        asked = {
+            "r": api.Event.READ,
+            "w": api.Event.WRITE,
+            "rw": api.Event.READ | api.Event.WRITE,
+        }
+        pipes = [nonblocking_pipe() for _ in asked]
+        try:
+            for (read_end, write_end), (label, events) in zip(pipes, asked.items()):
+                write_end.write(b"unread")
+                ctx.add(write_end, events, label)
+                read_end.close()
+            for _ in range(2):
+                found = reported(short_wait(ctx))
+                assert set(found) == set(asked)
+                for label, triggered in found.items():
+                    assert api.Event.READ not in triggered, label
+                    wants_write = api.Event.WRITE in asked[label]
+                    assert (api.Event.WRITE in triggered) == wants_write, label
+                    if caps.select_semantics:
+                        assert triggered & (api.Event.ERROR | api.Event.HANGUP), label
+                    else:
+                        assert triggered & ~api.Event.WRITE == api.Event.ERROR, label
+        finally:
+            for read_end, write_end in pipes:
+                close_all(read_end, write_end)
+
     def test_spec_6_7_pipe_write_end_not_readable(
         self, api: Any, caps: Capabilities, ctx: Any
     ) -> None:
