@@ -45,7 +45,8 @@ is_int_zero(PyObject *value)
            && !overflow;
 }
 
-/* Parse wait(timeout=None, microseconds=0, max_events=None); borrowed references. */
+/* Parse wait(timeout=None, microseconds=0, max_events=None); borrowed references.  Bad
+ * calls get the messages CPython gives the Python method (its self counted). */
 static int
 parse_wait_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
 {
@@ -55,7 +56,8 @@ parse_wait_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyOb
     out[2] = Py_None;
     if (nargs > 3) {
         PyErr_Format(PyExc_TypeError,
-                     "wait() takes at most 3 positional arguments (%zd given)", nargs);
+                     "Context.wait() takes from 1 to 4 positional arguments but %zd were given",
+                     nargs + 1);
         return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -76,12 +78,13 @@ parse_wait_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyOb
         }
         if (index < 0) {
             PyErr_Format(PyExc_TypeError,
-                         "wait() got an unexpected keyword argument '%U'", key);
+                         "Context.wait() got an unexpected keyword argument '%U'", key);
             return -1;
         }
         if (index < nargs) {
             PyErr_Format(PyExc_TypeError,
-                         "wait() got multiple values for argument '%s'", names[index]);
+                         "Context.wait() got multiple values for argument '%s'",
+                         names[index]);
             return -1;
         }
         out[index] = args[nargs + k];
