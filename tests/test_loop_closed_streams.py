@@ -258,6 +258,80 @@ def test_fd_number_reused_reports_the_old_callback(loop: Driver) -> None:
             sock.close()
 
 
+def _pair_on(fd: int) -> tuple[socket.socket, socket.socket]:
+    """A socketpair whose first socket has the fd number ``fd`` (skips if neither does)."""
+    first, second = socket.socketpair()
+    if first.fileno() != fd:
+        first, second = second, first
+    if first.fileno() != fd:
+        first.close()
+        second.close()
+        pytest.skip("the closed stream's fd number went elsewhere")
+    return first, second
+
+
+def test_a_closed_streams_callback_enabled_again_never_joins_the_new_stream(
+    loop: Driver,
+) -> None:
+    """Disabled, its stream closed, its fd number taken by a stream with a callback of its
+    own: enabling it reports it, and it never runs for the new stream (it was added to the
+    new stream's registration, and ran with the closed socket at every report)."""
+    reader, writer = socket.socketpair()
+    errors = collecting(loop)
+    calls: list[str] = []
+    stale = loop.disable(loop.on_readable(reader, lambda cid, s: calls.append(cid)))
+    fd = reader.fileno()
+    reader.close()
+    new_reader, new_writer = _pair_on(fd)
+    try:
+        got: list[bytes] = []
+
+        def receive(cid: str, stream: socket.socket) -> None:
+            got.append(stream.recv(100))
+            if len(got) == 2:
+                loop.cancel(cid)
+            else:
+                new_writer.send(b"again")
+
+        loop.on_readable(new_reader, receive)
+        loop.delay(0, lambda cid: loop.stop())
+        loop.run()  # the new stream's registration is made
+        loop.enable(stale)
+        new_writer.send(b"new")
+        assert run_timed(loop) < BOUND
+        assert got == [b"new", b"again"] and calls == []
+        assert len(errors) == 1
+        assert_stream_closed(errors[0], stale)
+    finally:
+        for sock in (writer, new_reader, new_writer):
+            sock.close()
+
+
+def test_closed_before_activation_never_watches_the_streams_successor(loop: Driver) -> None:
+    """Registered, then its stream closed before the tick and the fd number taken by a stream
+    the loop does not watch: activation reports it instead of registering the number (the
+    selectors drivers watched the new stream, and ran the callback with the closed socket
+    at every report)."""
+    reader, writer = socket.socketpair()
+    errors = collecting(loop)
+    calls: list[str] = []
+    stale = loop.on_readable(reader, lambda cid, s: calls.append(cid))
+    fd = reader.fileno()
+    reader.close()
+    new_reader, new_writer = _pair_on(fd)
+    try:
+        new_writer.send(b"not yours")
+        loop.delay(0.05, lambda cid: None)
+        assert run_timed(loop) < BOUND
+        assert calls == []
+        assert len(errors) == 1
+        assert_stream_closed(errors[0], stale)
+        assert new_reader.recv(100) == b"not yours"
+    finally:
+        for sock in (writer, new_reader, new_writer):
+            sock.close()
+
+
 def test_closed_then_cancelled_is_no_error(loop: Driver) -> None:
     reader, writer = socket.socketpair()
     try:

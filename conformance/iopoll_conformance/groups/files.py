@@ -263,7 +263,7 @@ class FileRules:
         }
         pipes = [nonblocking_pipe() for _ in asked]
         try:
-            for (read_end, write_end), (label, events) in zip(pipes, asked.items()):
+            for (read_end, write_end), (label, events) in zip(pipes, asked.items(), strict=True):
                 write_end.write(b"unread")
                 ctx.add(write_end, events, label)
                 read_end.close()

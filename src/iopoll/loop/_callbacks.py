@@ -143,6 +143,17 @@ def stream_fd(stream: object) -> int:
     return fd
 
 
+def owns_fd(stream: Any, fd: int) -> bool:
+    """Whether ``stream`` still has the fd number ``fd`` (not closed, its number not taken
+    by another open); an int fd cannot be watched for closing, and always does."""
+    if type(stream) is int:
+        return True
+    try:
+        return bool(stream.fileno() == fd)
+    except (OSError, ValueError):
+        return False
+
+
 class Callback:
     """One registered callback: its id, function and state flags (the base of every kind).
 
@@ -309,10 +320,4 @@ class FdEntry:
 
     def alive(self) -> bool:
         """Whether the stream that registered the fd still owns it (not closed, not reused)."""
-        stream = self.stream
-        if type(stream) is int:
-            return True  # an int fd cannot be watched for closing
-        try:
-            return bool(stream.fileno() == self.fd)
-        except (OSError, ValueError):
-            return False
+        return owns_fd(self.stream, self.fd)

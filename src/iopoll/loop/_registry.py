@@ -82,6 +82,7 @@ from ._callbacks import (
     check_seconds,
     new_defer,
     next_id,
+    owns_fd,
     stream_fd,
 )
 from ._errors import InvalidCallbackError
@@ -458,6 +459,14 @@ class CallbackRegistry(Driver):
             entry.events = 0
             self._lose_stream(entry)
             entry = None
+        if not owns_fd(callback.stream, callback.fd):
+            # Its own stream was closed while it waited to be activated (enabled again, or
+            # registered and closed before the tick): the number now names nothing, or a
+            # stream of its own, which this callback must never be run for.
+            orphan = FdEntry(callback.fd, callback.stream)
+            (orphan.writers if callback.writable else orphan.readers)[callback.id] = callback
+            self._lose_stream(orphan)
+            return
         if entry is None:
             entry = self._entries[callback.fd] = FdEntry(callback.fd, callback.stream)
         (entry.writers if callback.writable else entry.readers)[callback.id] = callback
