@@ -432,6 +432,69 @@ def test_a_closed_driver_refuses_run_and_signals_and_leaves_the_signal_state(mak
     driver.close()  # a second close() does nothing
 
 
+def _wakeup_fd() -> int:
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
+def _one_signal(driver: Any, seen: list[str], label: str) -> None:
+    """Send SIGUSR2 to the process and run one tick of ``driver``: the signal, taken by its
+    handler at once, is that tick's (its callback runs after the deferred stop())."""
+    driver.defer(lambda cid: driver.stop())
+    # A driver's handler, not the default action (which would end the test process).
+    assert callable(signal.getsignal(signal.SIGUSR2))
+    os.kill(os.getpid(), signal.SIGUSR2)
+    driver.run()
+    assert seen[-1:] == [label]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(SelectorsDriver, id="selectors"),
+        pytest.param(lambda: IoPollDriver(Backend.SELECT), id="iopoll-select"),
+        pytest.param(PySelectorsDriver, id="pure-selectors"),
+    ],
+)
+@pytest.mark.parametrize("order", ["first-first", "last-first"])
+def test_two_drivers_give_a_signal_back_in_any_order(make: Any, order: str) -> None:
+    """Drivers that take a signal through the Python handler and the wakeup fd: released
+    first-taken-first, the first put back what it had found, removing the second's handler
+    and wakeup fd; the second then put back the first's closed handler and wakeup fd (EBADF
+    out of cancel(), or a socket that took the number since, written at every signal)."""
+    handler = signal.getsignal(signal.SIGUSR2)
+    wakeup = _wakeup_fd()
+    first, second = make(), make()
+    seen: list[str] = []
+    try:
+        one = first.on_signal(signal.SIGUSR2, lambda cid, signum: seen.append("first"))
+        two = second.on_signal(signal.SIGUSR2, lambda cid, signum: seen.append("second"))
+        leaving, staying, label = (
+            (first, second, "second") if order == "first-first" else (second, first, "first")
+        )
+        leaving.cancel(one if leaving is first else two)
+        # Someone opens a socket meanwhile: it may take the freed wakeup fd's number.
+        x, y = socket.socketpair()
+        x.setblocking(False)
+        y.setblocking(False)
+        try:
+            _one_signal(staying, seen, label)  # the one left still takes the signal
+            staying.cancel(two if staying is second else one)
+            assert signal.getsignal(signal.SIGUSR2) is handler
+            assert _wakeup_fd() == wakeup
+            with pytest.raises(BlockingIOError):
+                y.recv(10)  # no signal byte went to the new socket
+        finally:
+            x.close()
+            y.close()
+    finally:
+        first.close()
+        second.close()
+        signal.signal(signal.SIGUSR2, handler)
+        signal.set_wakeup_fd(wakeup)
+
+
 class _AsyncCall:
     async def __call__(self, callback_id: str) -> None:
         pass

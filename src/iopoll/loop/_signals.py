@@ -115,8 +115,24 @@ class _PerSignal:
         raise NotImplementedError
 
 
+# Every SignalState that holds a signal's handler or the wakeup fd.  Drivers give them back
+# in any order: one that gives back what another installed over it must leave the other's
+# in place and hand it its own previous value instead (the restores in SignalState).
+_HOLDING: set[SignalState] = set()
+
+
 class SignalState(_PerSignal):
-    """Installed handlers, their previous values, the wakeup socketpair and pending signals."""
+    """Installed handlers, their previous values, the wakeup socketpair and pending signals.
+
+    The process holds one handler per signal and one wakeup fd, and each driver saves what
+    it replaced.  Given back in the reverse order, each restores its saved value.  Given
+    back out of order (two drivers: the first releases first), the one that releases finds
+    another driver's value installed over its own: that one stays, and the driver that
+    saved this one's value as its previous takes this one's previous instead, as a list
+    unlinks an item.  Restoring blindly would remove the other driver's handler, and later
+    put back a handler of a closed driver, or a wakeup fd that was closed (EBADF), or whose
+    number an unrelated socket has taken since (every signal then writes a byte into it).
+    """
 
     __slots__ = ("previous", "reader", "writer", "previous_wakeup", "_watch")
 
@@ -152,10 +168,17 @@ class SignalState(_PerSignal):
             if not self.counts:
                 self._close_wakeup()
             raise
+        _HOLDING.add(self)
 
     def _last(self, signum: int) -> None:
         previous = self.previous.pop(signum)
-        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        if signal.getsignal(signum) == self._handler:
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        else:
+            # Installed over this one's since: it stays (the class doc).
+            for other in _HOLDING:
+                if other is not self and other.previous.get(signum) == self._handler:
+                    other.previous[signum] = previous
         if not self.counts:
             self._close_wakeup()
 
@@ -199,7 +222,25 @@ class SignalState(_PerSignal):
         if reader is None or writer is None:
             return
         self._watch(None)
-        signal.set_wakeup_fd(self.previous_wakeup)
+        mine, previous = writer.fileno(), self.previous_wakeup
+        # Set to this one's own fd (open: it cannot fail) to learn which is set now.
+        current = signal.set_wakeup_fd(mine, warn_on_full_buffer=False)
+        if current == mine:
+            try:
+                signal.set_wakeup_fd(previous)
+            except (OSError, ValueError):  # closed since by whoever set it
+                signal.set_wakeup_fd(-1)
+        else:
+            # Set over this one's since: it stays (the class doc).
+            ours = any(
+                other.writer is not None and other.writer.fileno() == current
+                for other in _HOLDING
+            )
+            signal.set_wakeup_fd(current, warn_on_full_buffer=not ours)
+            for other in _HOLDING:
+                if other is not self and other.previous_wakeup == mine:
+                    other.previous_wakeup = previous
+        _HOLDING.discard(self)
         self.previous_wakeup = -1
         self.reader = self.writer = None
         reader.close()
