@@ -296,11 +296,7 @@ kqueue_fast_wait(PyObject *self, PyObject *mechanism, int kq, Py_ssize_t nwatche
     }
     int count = wait_retrying(self, kqueue_call, &call, seconds, kqueue_recheck, NULL, started);
     if (count == WAIT_HANDED_BACK) {
-        PyObject *none = PyList_New(0);
-        if (none != NULL) {
-            result = finish_wait(self, none, seconds_obj, started);
-            Py_DECREF(none);
-        }
+        result = finish_handed_back(self, seconds_obj, started);
     }
     else if (count >= 0) {
         int found = plain_reports(self, call.events, count, reports);

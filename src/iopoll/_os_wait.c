@@ -270,6 +270,20 @@ finish_wait(PyObject *self, PyObject *raw, PyObject *seconds_obj, PyObject **sta
     return call_method(self, slots.str_finish_wait, finish_args, 3);
 }
 
+/* A wait wait_retrying() handed back (WAIT_HANDED_BACK): the rest of it is the Python
+ * path's, from no reports. */
+PyObject *
+finish_handed_back(PyObject *self, PyObject *seconds_obj, PyObject **started)
+{
+    PyObject *none = PyList_New(0);
+    if (none == NULL) {
+        return NULL;
+    }
+    PyObject *result = finish_wait(self, none, seconds_obj, started);
+    Py_DECREF(none);
+    return result;
+}
+
 /* The ready watchers for `count` reports, found in the Context's fd-indexed list; or, when
  * one needs care (or none came and `cut` says a timer's deadline cut the wait short of
  * `seconds_obj`), what _finish_wait makes of all of them as (fd, bits) pairs.  No more
@@ -450,11 +464,7 @@ epoll_fast_wait(PyObject *self, int epfd, PyObject *epoll_object, Py_ssize_t nwa
     }
     int count = wait_retrying(self, epoll_call, &call, seconds, epoll_recheck, NULL, started);
     if (count == WAIT_HANDED_BACK) {
-        PyObject *none = PyList_New(0);
-        if (none != NULL) {
-            result = finish_wait(self, none, seconds_obj, started);
-            Py_DECREF(none);
-        }
+        result = finish_handed_back(self, seconds_obj, started);
     }
     else if (count >= 0) {
         /* The reports are written over the events, in order: a Report is no larger than

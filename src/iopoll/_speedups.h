@@ -99,6 +99,7 @@ void put_buffer(PyObject *self, PyObject *buffer);
 int wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck recheck,
                   Prepare prepare, PyObject **started);
 PyObject *finish_wait(PyObject *self, PyObject *raw, PyObject *seconds_obj, PyObject **started);
+PyObject *finish_handed_back(PyObject *self, PyObject *seconds_obj, PyObject **started);
 PyObject *deliver(PyObject *self, const Report *reports, int count, PyObject *seconds_obj,
                   PyObject **started, int cut, Held *held);
 #endif

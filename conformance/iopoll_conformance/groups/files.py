@@ -251,9 +251,10 @@ class FileRules:
     def test_spec_6_7_pipe_write_end_reader_closed_with_bytes_left(
         self, api: Any, caps: Capabilities, ctx: Any, strict_extras_on: bool
     ) -> None:
-        """SPEC 6.2 and 6.7: bytes the reader never read do not make a broken write end
-        readable: the break is ERROR (WRITE|ERROR with WRITE asked), never READ, for a
-        watcher of READ, WRITE or both (select(): ERROR or HANGUP, as above)."""
+        """SPEC 6.2 and 6.7: bytes the reader never read do not hide the break of a write
+        end: ERROR (select(): ERROR or HANGUP, as above) for a watcher of READ, WRITE or
+        both, with WRITE where asked.  (A READ watcher of a broken write end is READ as
+        well on kqueue, whose read filter sees the end of file: not asserted either way.)"""
         _skip_on_sockets_only(caps)
         skip_unless_stated(not caps.select_semantics, strict_extras_on, _SOCKETS_ONLY)
         asked = {
@@ -271,13 +272,12 @@ class FileRules:
                 found = reported(short_wait(ctx))
                 assert set(found) == set(asked)
                 for label, triggered in found.items():
-                    assert api.Event.READ not in triggered, label
                     wants_write = api.Event.WRITE in asked[label]
                     assert (api.Event.WRITE in triggered) == wants_write, label
                     if caps.select_semantics:
                         assert triggered & (api.Event.ERROR | api.Event.HANGUP), label
                     else:
-                        assert triggered & ~api.Event.WRITE == api.Event.ERROR, label
+                        assert api.Event.ERROR in triggered, label
         finally:
             for read_end, write_end in pipes:
                 close_all(read_end, write_end)
