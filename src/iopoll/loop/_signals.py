@@ -121,6 +121,13 @@ class _PerSignal:
 _HOLDING: set[SignalState] = set()
 
 
+def _set_wakeup_fd(fd: int) -> None:
+    """Make ``fd`` the wakeup fd again, as whoever set it did: a driver's without the
+    full-buffer warning (its byte only wakes a wait), anyone else's with it (the default)."""
+    ours = any(state.writer is not None and state.writer.fileno() == fd for state in _HOLDING)
+    signal.set_wakeup_fd(fd, warn_on_full_buffer=not ours)
+
+
 class SignalState(_PerSignal):
     """Installed handlers, their previous values, the wakeup socketpair and pending signals.
 
@@ -227,16 +234,12 @@ class SignalState(_PerSignal):
         current = signal.set_wakeup_fd(mine, warn_on_full_buffer=False)
         if current == mine:
             try:
-                signal.set_wakeup_fd(previous)
+                _set_wakeup_fd(previous)
             except (OSError, ValueError):  # closed since by whoever set it
                 signal.set_wakeup_fd(-1)
         else:
             # Set over this one's since: it stays (the class doc).
-            ours = any(
-                other.writer is not None and other.writer.fileno() == current
-                for other in _HOLDING
-            )
-            signal.set_wakeup_fd(current, warn_on_full_buffer=not ours)
+            _set_wakeup_fd(current)
             for other in _HOLDING:
                 if other is not self and other.previous_wakeup == mine:
                     other.previous_wakeup = previous
