@@ -37,8 +37,9 @@ error).  A loss is found in four ways, none of which costs the busy path anythin
 
 1. **Registration** (``_register``): the stream of a callback being enabled is closed
    already (``_add`` answers ``None``).
-2. **A reused fd number** (``CallbackRegistry._activate_stream``): a new stream got the
-   number of a registered one that was closed.
+2. **Activation** (``CallbackRegistry._activate_stream``): a new stream got the number of
+   a registered one that was closed, or the callback being activated (enabled again, or
+   new) has a stream that was closed meanwhile, whose number may name another stream now.
 3. **The poller says so** (``IoPollDriver``): its Contexts report each watcher they retire
    without ``remove()`` through ``on_watcher_removed`` (a ``wait()`` that saw the fd, a
    ``len(ctx)``, a new registration of the number), at the start of the next ``wait()``.
