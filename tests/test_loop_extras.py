@@ -405,6 +405,13 @@ def test_callbacks_cancelled_before_a_tick_do_not_pile_up(driver: IoPollDriver) 
 # -- a closed driver ----------------------------------------------------------------------------
 
 
+def _wakeup_fd() -> int:
+    """The process's wakeup fd, read by setting it and putting it back."""
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -418,8 +425,7 @@ def test_a_closed_driver_refuses_run_and_signals_and_leaves_the_signal_state(mak
     # The signal on_signal() would take over, and the wakeup fd, are left as they were: a
     # first version left the process's wakeup fd on a socket the driver then closed.
     handler = signal.getsignal(signal.SIGUSR2)
-    wakeup = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(wakeup)
+    wakeup = _wakeup_fd()
     driver = make()
     driver.close()
     with pytest.raises(RuntimeError, match="The driver is closed"):
@@ -430,12 +436,6 @@ def test_a_closed_driver_refuses_run_and_signals_and_leaves_the_signal_state(mak
     assert signal.getsignal(signal.SIGUSR2) is handler
     assert signal.set_wakeup_fd(wakeup) == wakeup
     driver.close()  # a second close() does nothing
-
-
-def _wakeup_fd() -> int:
-    fd = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(fd)
-    return fd
 
 
 def _one_signal(driver: Any, seen: list[str], label: str) -> None:
