@@ -85,13 +85,23 @@ if os.name == "posix":
 else:
     _read = socket.socket.recv
     _write = socket.socket.send
+
+# How much one read asks for.  A read makes a bytes object of the size asked and shrinks it
+# to what came: up to SMALL_READ bytes, that object comes from Python's small-object
+# allocator (blocks of up to 512 bytes, less the object's own header); 64 KiB is a malloc
+# and a realloc, some 600 instructions more per request.  So a connection asks for
+# SMALL_READ, and for READ_SIZE after a read that filled what it asked (more may wait: a
+# big body, pipelined requests), until a read comes back short.
+SMALL_READ = 512 - sys.getsizeof(b"")
 READ_SIZE = 65536
 
 
 class Connection:
     """One accepted socket on the driver: read, answer, and write what did not fit."""
 
-    __slots__ = ("_driver", "_io", "_pending", "_reader", "_requests", "_sock", "_writer")
+    __slots__ = (
+        "_driver", "_io", "_pending", "_read_size", "_reader", "_requests", "_sock", "_writer",
+    )
 
     def __init__(self, driver: Driver, sock: socket.socket) -> None:
         self._driver = driver
@@ -100,12 +110,14 @@ class Connection:
         self._io: Any = sock.fileno() if os.name == "posix" else sock
         self._requests = HelloRequests()
         self._pending = b""
+        self._read_size = SMALL_READ
         self._writer: str | None = None
         self._reader = driver.on_readable(sock, self._readable)
 
     def _readable(self, _id: str, _sock: Any) -> None:
+        size = self._read_size
         try:
-            data = _read(self._io, READ_SIZE)
+            data = _read(self._io, size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:  # reset by the peer
@@ -113,6 +125,7 @@ class Connection:
         if not data:
             self.close()
             return
+        self._read_size = READ_SIZE if len(data) == size else SMALL_READ
         out = self._requests.feed(data)
         if out:  # else no request is whole yet
             self._send(out)
