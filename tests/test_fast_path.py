@@ -219,3 +219,18 @@ def test_a_zero_that_is_not_an_int_is_refused_on_the_fast_path(
     ctx.add(pair[0], Event.WRITE)
     with pytest.raises(TypeError, match="microseconds"):
         ctx.wait(0.0, microseconds)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fast_wait", FAST_WAITS)
+def test_a_timer_further_off_than_one_os_wait_leaves_the_wait_to_the_os(
+    ctx: iopoll.Context, fast_wait: Wait, pair: Any
+) -> None:
+    # An armed timer cuts the OS wait at its deadline; 30 days is more than one epoll or
+    # poll call takes (Mechanism.max_timeout, some 24.8 days of milliseconds), so the cut
+    # must be capped there, as the general path's is (the pure path raised OverflowError).
+    a, b = pair
+    watcher = ctx.add(b, Event.READ, "b")
+    timer = ctx.add(iopoll.TimerHandle(30 * 86400), Event.TIMER, "timer")
+    a.send(b"x")
+    assert fast_wait(ctx) == [watcher]
+    assert timer.is_active()

@@ -320,7 +320,8 @@ class Context(GeneralWait):
                 if left <= 0:
                     return self._wait(timeout, microseconds, max_events)
                 if seconds < 0 or left < seconds:
-                    wait_for = left
+                    # Capped as _poll caps it: _finish_wait waits out the rest.
+                    wait_for = min(left, self._max_timeout)
             try:
                 raw = poll(wait_for, len(watchers))
             except OSError as exc:
