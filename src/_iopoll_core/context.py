@@ -119,6 +119,7 @@ class Context(GeneralWait):
         self._stale_fds = set()
         self._leftovers = {}
         self._timers = TimerQueue()
+        self._fds_first = False
         self._releases = {}
         self._lost = []
         self._removed = []

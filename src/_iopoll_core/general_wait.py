@@ -91,13 +91,28 @@ class GeneralWait(ContextState):
         Due timers come first and take their ``max_events`` slots before any fd (SPEC 10):
         the OS is then asked, without waiting, for what fits in the rest.  With none due,
         the OS wait ends at the first deadline.
+
+        Except after a wait whose due timers took every slot and left none out: the next
+        one asks the OS first, and timers get what is left.  Otherwise a periodic timer due
+        at every wait would keep ready fds out of every result, which SPEC 4 forbids ("no
+        left-out watcher loses its turn"); a timer left out still comes first next time.
         """
         timers = self._timers
+        fds_first, self._fds_first = self._fds_first, False
         if timers:
+            if fds_first:
+                ready = self._poll_watchers(mechanism, 0.0, limit) if self._watchers else []
+                if len(ready) < limit:
+                    ready += timers.take_due(limit - len(ready))
+                if ready:
+                    return ready
             due = timers.take_due(limit)
             if due:
-                if len(due) < limit and self._watchers:
-                    due += self._poll_watchers(mechanism, 0.0, limit - len(due))
+                if len(due) < limit:
+                    if self._watchers:
+                        due += self._poll_watchers(mechanism, 0.0, limit - len(due))
+                elif self._watchers and not timers.any_due():
+                    self._fds_first = True
                 return due
             first = timers.seconds_to_next()
             if first is not None and (seconds < 0 or first < seconds):

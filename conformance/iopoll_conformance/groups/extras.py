@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import signal
 import sys
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -342,6 +343,28 @@ class StrictExtraRules:
         assert short_wait(ctx) == []
 
     # -- SPEC 10: handles that are not streams ---------------------------------------------
+
+    def test_a_timer_due_at_every_wait_leaves_slots_to_ready_fds(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4 against SPEC 10: a periodic timer due at every wait, with max_events 1,
+        takes the slot at one wait and leaves it to the ready socket at the next.
+
+        SPEC 10 puts due timers first; SPEC 4 says nothing left out by max_events loses its
+        turn.  Read literally, the first keeps the socket out of every result (it is never
+        polled, so never "left out"); this project alternates.
+        """
+        timer_handle = require(api, "TimerHandle")
+        a, b = pair
+        ctx.add(b, api.Event.READ, "socket")
+        ctx.add(timer_handle(0.001, periodic=True), api.Event.TIMER, "tick")
+        a.send(b"x")
+        seen = {"socket": 0, "tick": 0}
+        for _ in range(10):
+            time.sleep(0.003)  # longer than the period: the timer is due at every wait
+            for watcher in ctx.wait(0, 0, 1):
+                seen[watcher.data] += 1
+        assert seen["socket"] >= 4 and seen["tick"] >= 4, seen
 
     def test_poll_timer_handle_basic_is_handle(self, api: ModuleType) -> None:
         """B.76, B.82, php-src poll_timer_handle_basic.phpt, poll_notify_handle_basic.phpt:
