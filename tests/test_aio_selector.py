@@ -102,6 +102,45 @@ def test_hangup_is_folded_into_registered_events(backend: Backend) -> None:
     assert same_on_both(backend, scenario) == [R, W]
 
 
+def _full_pair(family: str) -> tuple[socket.socket, socket.socket]:
+    """A connected pair whose first end cannot take another byte."""
+    if family == "unix":
+        a, b = socket.socketpair()
+    else:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            a = socket.create_connection(listener.getsockname())
+            b, _ = listener.accept()
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    return a, b
+
+
+@pytest.mark.parametrize("family", ["unix", "tcp"])
+@pytest.mark.parametrize("how", ["SHUT_RD", "SHUT_WR", "SHUT_RDWR", "close"])
+def test_a_full_socket_whose_peer_shuts_down_wakes_writers_as_stdlib(
+    backend: Backend, family: str, how: str
+) -> None:
+    # On SELECT the Context reports a peer's end of file as HANGUP (SPEC 7), where
+    # SelectSelector wakes a writer only for select()'s write set: folding that HANGUP
+    # into EVENT_WRITE woke a writer on a full socket at every select() (asyncio spun).
+    def scenario(sel: selectors.BaseSelector) -> object:
+        a, b = _full_pair(family)
+        with a, b:
+            if how == "close":
+                b.close()
+            else:
+                b.shutdown(getattr(socket, how))
+            sel.register(a, W)
+            time.sleep(0.01)
+            return [events for _, events in sel.select(0)]
+
+    same_on_both(backend, scenario)
+
+
 def test_pipe_hangup_wakes_reader(backend: Backend) -> None:
     def scenario(sel: selectors.BaseSelector) -> object:
         r, w = os.pipe()

@@ -103,6 +103,29 @@ def test_half_close_is_hangup_plus_read_if_asked(
         assert local.recv(10) == b""
 
 
+def test_a_full_socket_whose_peer_shut_down_its_side_is_not_reported_to_a_writer(
+    api: ModuleType, impl: Any, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """A writer's fd is in select()'s read set only for its hang-up: an end of file there
+    that leaves the socket unwritable is the peer's shutdown(SHUT_WR), which poll does not
+    report either.  Reported, it woke a writer on a full socket at every wait (an asyncio
+    loop on SELECT spun until the peer read)."""
+    local, peer = pair
+    E = api.Event
+    fill(local)
+    with impl[1]() as ctx, impl[1]() as other:
+        ctx.add(local, E.READ, "reader")
+        other.add(local, E.WRITE, "writer")
+        peer.shutdown(socket.SHUT_WR)
+        time.sleep(0.05)
+        for _ in range(2):
+            assert wait_short(ctx) == {"reader": E.READ | E.HANGUP}
+            assert wait_short(other) == {}
+        drain(peer)  # room again: the hang-up comes with WRITE, as in the test above
+        time.sleep(0.05)
+        assert wait_short(other) == {"writer": E.WRITE | E.HANGUP}
+
+
 def test_reset_is_error_hangup_until_the_error_is_read(
     api: ModuleType, impl: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:
