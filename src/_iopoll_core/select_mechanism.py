@@ -303,11 +303,12 @@ class SelectMechanism(Mechanism):
                     bits = self._without_bytes(fd, kind)
             if not interest[fd] & _WANTS_READ:
                 bits &= _NOT_READ
-                if bits == _HANGUP and fd not in writable:
-                    # The fd is in the read set only for its hang-up.  An end of file
+                if bits == _HANGUP and kind == _STREAM and fd not in writable:
+                    # The socket is in the read set only for its hang-up.  An end of file
                     # that leaves it unwritable is the peer's shutdown(SHUT_WR): poll
                     # reports no hang-up for it, and a writer on a full socket must not
-                    # wake at every wait until the peer reads.
+                    # wake at every wait until the peer reads.  (A pipe's end of file is
+                    # every writer gone: a hang-up.)
                     bits = 0
                 if not bits:
                     if parked is None:
