@@ -126,6 +126,22 @@ def test_a_full_socket_whose_peer_shut_down_its_side_is_not_reported_to_a_writer
         assert wait_short(other) == {"writer": E.WRITE | E.HANGUP}
 
 
+def test_a_full_unix_socket_whose_peer_shut_down_both_sides_is_a_hangup_to_a_writer(
+    api: ModuleType, impl: Any
+) -> None:
+    """The same against an AF_UNIX peer's shutdown(SHUT_RDWR): that is a hang-up (poll's
+    POLLHUP; a send fails with EPIPE), reported to a writer even without room to write."""
+    local, peer = socketpair()
+    with closing_all(local, peer):
+        E = api.Event
+        fill(local)
+        with impl[1]() as ctx:
+            ctx.add(local, E.WRITE, "writer")
+            peer.shutdown(socket.SHUT_RDWR)
+            for _ in range(2):
+                assert wait_short(ctx) == {"writer": E.HANGUP}
+
+
 def test_reset_is_error_hangup_until_the_error_is_read(
     api: ModuleType, impl: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:

@@ -91,6 +91,8 @@ _NOT_OPEN = 4  # fstat() failed at register: reported invalid by the next poll
 _WANTS_READ = Event.READ.value
 _WANTS_WRITE = Event.WRITE.value
 _MSG_PEEK_NOW = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
+# A send that asks whether the socket may still send: no wait, and no SIGPIPE (Linux).
+_SEND_PROBE = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
 _SO_ACCEPTCONN = getattr(socket, "SO_ACCEPTCONN", 0x0002)
 _select = select.select
 
@@ -155,6 +157,27 @@ def _peek(fd: int, kinds: dict[int, int]) -> int:
         return _READ if data else _HANGUP | _READ
     finally:
         sock.detach()
+
+
+def _half_closed(fd: int) -> bool:
+    """Whether the peer of a socket at end of file only shut down its sending side.
+
+    A zero-length send moves no byte and fails only when this side may not send: the peer
+    shut down its receiving side as well (EPIPE on AF_UNIX, where poll says POLLHUP), or
+    reset the connection.  TCP cannot tell a peer's SHUT_RDWR from its SHUT_WR until data
+    comes back refused, and poll reports no hang-up for either.
+    """
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # closed or replaced by another thread since select() returned
+        return False
+    try:
+        sock.send(b"", _SEND_PROBE)
+    except OSError:
+        return False
+    finally:
+        sock.detach()
+    return True
 
 
 class SelectMechanism(Mechanism):
@@ -303,12 +326,16 @@ class SelectMechanism(Mechanism):
                     bits = self._without_bytes(fd, kind)
             if not interest[fd] & _WANTS_READ:
                 bits &= _NOT_READ
-                if bits == _HANGUP and kind == _STREAM and fd not in writable:
-                    # The socket is in the read set only for its hang-up.  An end of file
-                    # that leaves it unwritable is the peer's shutdown(SHUT_WR): poll
-                    # reports no hang-up for it, and a writer on a full socket must not
-                    # wake at every wait until the peer reads.  (A pipe's end of file is
-                    # every writer gone: a hang-up.)
+                if (
+                    bits == _HANGUP
+                    and kind == _STREAM
+                    and fd not in writable
+                    and _half_closed(fd)
+                ):
+                    # The socket is in the read set only for its hang-up, and its end of
+                    # file is the peer's shutdown(SHUT_WR): poll reports no hang-up for
+                    # it, and a writer on a full socket must not wake at every wait until
+                    # the peer reads.  (A pipe's end of file is every writer gone.)
                     bits = 0
                 if not bits:
                     if parked is None:

@@ -154,7 +154,9 @@ class IoPollSelector(selectors.BaseSelector):
     (``POLL``'s ``POLLNVAL``, ``SELECT``'s ``EBADF``) instead of on every ``select()``
     (``PollSelector``) or as an ``OSError`` from every ``select()`` (``SelectSelector``).
     On ``SELECT`` a fd at or above ``FD_SETSIZE`` is refused by ``register()`` with
-    ``ValueError`` rather than by every later ``select()``.
+    ``ValueError`` rather than by every later ``select()``, and an AF_UNIX peer's
+    ``shutdown(SHUT_RDWR)`` wakes a writer (a hang-up, as ``PollSelector`` has it) where
+    ``SelectSelector`` leaves it waiting.
     """
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
