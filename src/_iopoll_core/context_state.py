@@ -34,11 +34,7 @@ from .errors import (
     code_for_errno,
 )
 from .events import DecodeTable, ErrorCode, Event, coerce_events, needs_modes, os_events
-from .handles import (
-    MAX_FD,
-    StreamPollHandle,
-    _Uncopyable,
-)
+from .handles import MAX_FD, _Uncopyable
 from .mechanism import Mechanism
 from .source_handles import SourceHandle, TimerHandle
 from .timers import TimerQueue
@@ -53,22 +49,20 @@ def _no_fd() -> int:
     return -1
 
 
-def _still_its_file(watcher: Watcher, held: dict[int, int]) -> bool:
-    """Whether a watcher may be registered again by its number in a rebuild.
+def _still_its_file(watcher: Watcher, held: dict[int, set[int]]) -> bool:
+    """Whether an armed watcher may be registered again by its number in a rebuild.
 
-    A stream says itself that it was closed (its ``fileno()``); a bare ``int`` cannot.  Its
-    file was closed if the old OS object dropped its entry (``held``: number -> inode), and
-    the number names another file if the inode differs; either way a registration by number
-    would watch a file nobody asked for.
+    A stream says itself that it was closed (its ``fileno()``), but not that its fd was
+    closed behind its back (``os.close``, SPEC 6.9), and a bare ``int`` cannot say either.
+    Its file was closed if the old OS object dropped its entry (``held``: number ->
+    inodes), and the number names another file if the file there now is not among them;
+    either way a registration by number would watch a file nobody asked for.
     """
-    handle = watcher._handle
-    if type(handle) is not StreamPollHandle or type(handle._stream) is not int:
-        return True
-    inode = held.get(watcher._fd)
-    if inode is None:
+    inodes = held.get(watcher._fd)
+    if inodes is None:
         return False
     try:
-        return os.fstat(watcher._fd).st_ino == inode
+        return os.fstat(watcher._fd).st_ino in inodes
     except OSError:
         return False
 
@@ -361,9 +355,11 @@ class ContextState(_Uncopyable):
                 FailedWatcherModificationError, "Failed to modify watcher", exc
             ) from exc
         watcher._set_events(wanted)
-        # Bits kept from before speak of the old events; the OS reports the new ones.
-        if self._leftovers.pop(watcher._fd, None) is not None:
-            self._refresh_fast_path()
+        # Bits kept from before speak of the old events: the OS is asked again (0).  A
+        # watcher left out by max_events keeps its place, or a modify at every wait would
+        # cost it its turn at every wait (SPEC 4).
+        if watcher._fd in self._leftovers:
+            self._leftovers[watcher._fd] = 0
 
     def _remove(self, watcher: Watcher) -> None:
         self._usable_mechanism(FailedWatcherModificationError)

@@ -75,9 +75,10 @@ class Mechanism:
     # method, so that epoll can hand the Context its C function with no Python frame between.
     poll: Callable[[float, int], list[tuple[int, int]]]
 
-    def registered_files(self) -> dict[int, int] | None:
-        """The inode of the file each fd number is registered for, as the OS object holds
-        them (a closed file's registration is gone), or None where it cannot say."""
+    def registered_files(self) -> dict[int, set[int]] | None:
+        """The inodes of the files each fd number is registered for, as the OS object holds
+        them (a closed file's registration is gone; one a ``dup`` keeps open stays, beside
+        a new file's under the same number), or None where it cannot say."""
         return None
 
     def close(self) -> None:

@@ -11,8 +11,9 @@ Why the choices:
   ``unregister`` reports that, and the Context rebuilds the epoll object.
 * Linux lists an epoll object's entries in ``/proc/self/fdinfo/<epfd>``, one line per
   entry with the registered file's inode (``tfd: N events: .. data: .. pos:.. ino:X``):
-  what the rebuild asks (``registered_files``) before it registers a bare ``int`` fd again,
-  whose number may name another file now.
+  what the rebuild asks (``registered_files``) before it registers a watcher again by its
+  number, which may name another file now: a bare ``int`` fd's, or a stream's whose fd was
+  closed behind its back (``os.close``), which the stream cannot tell.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class EpollMechanism(Mechanism):
         # Only for one-shots reported from buffered bytes: the kernel did not disarm them.
         self.unregister(fd)
 
-    def registered_files(self) -> dict[int, int] | None:
+    def registered_files(self) -> dict[int, set[int]] | None:
         # os.open and os.read rather than open(): no buffered file object, whose lock's
         # allocation fails with RuntimeError rather than MemoryError.
         try:
@@ -103,13 +104,13 @@ class EpollMechanism(Mechanism):
                 chunks.append(chunk)
         finally:
             os.close(fd)
-        held = {}
+        held: dict[int, set[int]] = {}
         for line in b"".join(chunks).splitlines():
             if line.startswith(b"tfd:"):
                 fields = line.split()
                 inode = [field[4:] for field in fields if field.startswith(b"ino:")]
                 if inode:
-                    held[int(fields[1])] = int(inode[0], 16)
+                    held.setdefault(int(fields[1]), set()).add(int(inode[0], 16))
         # No entry listed: a kernel (or a sandbox's /proc) that does not list them, as far
         # as this can tell; a rebuild always has the stale entry that asked for it.
         return held or None
