@@ -103,20 +103,30 @@ def check_dependencies() -> str | None:
 
 def check_implementation(impl: str, backend: str | None) -> str | None:
     """A message saying why ``impl`` (and ``backend``) cannot be tested, or None."""
+    if impl.endswith(".py") or "/" in impl or "\\" in impl:
+        return (
+            f"IMPL is the name of an importable module, not a file: {impl!r} "
+            "(for ./mypoll.py, run from its directory: python -m iopoll_conformance mypoll)"
+        )
     try:
         module = importlib.import_module(impl)
-    except Exception:
+    except (Exception, SystemExit):  # an import that calls sys.exit() is a failed import too
         return f"cannot import the implementation module {impl!r}:\n{traceback.format_exc()}"
     missing = [name for name in REQUIRED_NAMES if not hasattr(module, name)]
     if missing:
         return f"{impl} does not expose the iopoll names: {', '.join(missing)} missing"
-    available = list(module.Backend.available_backends())
+    try:
+        available = list(module.Backend.available_backends())
+    except Exception:
+        return f"{impl}.Backend.available_backends() raised:\n{traceback.format_exc()}"
     if backend is None:
         return None
     names = ", ".join(b.name for b in available)
     member = getattr(module.Backend, "__members__", {}).get(backend.upper())
     if member is None:
         return f"{backend!r} is not a Backend member of {impl} (available here: {names})"
+    if member.name == "AUTO":
+        return f"--backend takes a concrete backend, not AUTO (available here: {names})"
     if member not in available:
         return f"backend {member.name} is not available in {impl} here (available: {names})"
     return None

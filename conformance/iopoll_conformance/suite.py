@@ -50,7 +50,7 @@ class ConformanceSuite(
 ):
     """Subclass this in a pytest module to run the whole suite against an implementation::
 
-        # test_my_poll.py   (run with: pytest -p iopoll_conformance.plugin)
+        # test_my_poll.py   (run with: python -m pytest; the installed plugin loads itself)
         from iopoll_conformance import ConformanceSuite
 
         class TestMyPoll(ConformanceSuite):
