@@ -195,12 +195,13 @@ class ContextState(_Uncopyable):
         """Drop every record of ``fd``: its watcher, buffered bytes and left-over report."""
         del self._watchers[fd]
         self._by_fd[fd] = None
-        self._buffered.pop(fd, None)
-        self._leftovers.pop(fd, None)
+        buffered = self._buffered.pop(fd, None) is not None
+        left_over = self._leftovers.pop(fd, None) is not None
         release = self._releases.pop(fd, None)
         if release is not None:
             release()  # a SignalHandle's watcher: its signals' block
-        self._refresh_fast_path()
+        if buffered or left_over:  # what the fast path depends on, of this fd's records
+            self._refresh_fast_path()
 
     def _check_alive(self, watcher: Watcher) -> bool:
         """Whether the watcher's stream is still open; retires it if not."""
