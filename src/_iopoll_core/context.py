@@ -16,6 +16,7 @@ The Context is three classes, each in its own module, so that each reads on its 
 from __future__ import annotations
 
 import os
+import socket
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -49,6 +50,9 @@ from .timers import TimerQueue
 from .watcher import REMOVED, RETIRED, Watcher
 
 __all__ = ["Context"]
+
+# The handles add() is mostly given, which are never Handles (a bool is refused there).
+_PLAIN_STREAMS = frozenset({socket.socket, int})
 
 
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
@@ -201,7 +205,8 @@ class Context(GeneralWait):
         backend refuses it.
         """
         mechanism = self._usable_mechanism(FailedHandleAddError)
-        if not isinstance(handle, Handle):
+        # A socket or an int fd, the usual handles, skip the ABC's isinstance (Python code).
+        if type(handle) in _PLAIN_STREAMS or not isinstance(handle, Handle):
             if isinstance(handle, bool) or not (isinstance(handle, int) or has_fileno(handle)):
                 raise TypeError(
                     "handle must be a Handle, an object with fileno() or an int fd, "
@@ -260,7 +265,7 @@ class Context(GeneralWait):
         self._remember(watcher)
         if source is not None and source._holds_process_state:
             self._releases[fd] = weakref.finalize(self, source._unwatch)
-        if isinstance(handle, WeakHandle):
+        if type(handle) is not StreamPollHandle and isinstance(handle, WeakHandle):
             handle._watchers.add(watcher)
         return watcher
 

@@ -20,7 +20,7 @@ import os
 import socket
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, cast
 
 from .backend import BackendBase
 from .errors import (
@@ -339,9 +339,9 @@ class ContextState(_Uncopyable):
         handle = watcher._handle
         wanted = coerce_events(events, kind, type(handle).__name__)
         mechanism = self._check_modifiable(watcher)
-        if isinstance(handle, TimerHandle):
+        if kind is Event.TIMER:  # a TimerHandle's watcher: only those have that kind
             watcher._set_events(wanted)
-            self._timers.arm(watcher, handle)  # re-armed from now (SPEC 10)
+            self._timers.arm(watcher, cast(TimerHandle, handle))  # re-armed from now (SPEC 10)
             self._refresh_fast_path()
             return
         if not kind:
@@ -367,8 +367,8 @@ class ContextState(_Uncopyable):
         if not self._check_alive(watcher):
             return  # its stream was closed: retired, and remove() of that is a no-op
         watcher._state = REMOVED
-        if isinstance(watcher._handle, TimerHandle):
-            del self._timers.watchers[watcher._handle]
+        if watcher._kind is Event.TIMER:  # a TimerHandle's watcher
+            del self._timers.watchers[cast(TimerHandle, watcher._handle)]
             self._timers.disarm(watcher)
             self._refresh_fast_path()
             return

@@ -7,6 +7,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, TypeGuard, runtime_checkable
 
+from .events import NO_EVENTS, Event
+
 if TYPE_CHECKING:
     from .watcher import Watcher
 
@@ -70,6 +72,10 @@ class Handle(_Uncopyable, abc.ABC):
     """
 
     __slots__ = ("__weakref__",)
+
+    # The one event a handle that is not a stream reports (SourceHandle's subclasses say
+    # which); none for a stream, whose watchers report what they ask for.
+    _event: ClassVar[Event] = NO_EVENTS
 
     @abc.abstractmethod
     def fileno(self) -> int:

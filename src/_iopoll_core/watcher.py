@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from .errors import InactiveWatcherError
 from .events import MODES, NO_EVENTS, Event, registers_oneshot
 from .handles import Handle, _Uncopyable
-from .source_handles import SourceHandle
 
 if TYPE_CHECKING:
     from .context_state import ContextState
@@ -81,7 +80,7 @@ class Watcher(_Uncopyable):
         watcher._handle = handle
         watcher._probe = probe
         watcher._data = data
-        watcher._kind = handle._event if isinstance(handle, SourceHandle) else NO_EVENTS
+        watcher._kind = handle._event
         watcher._set_events(events)
         watcher._triggered = NO_EVENTS
         watcher._state = ACTIVE
