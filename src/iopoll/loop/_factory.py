@@ -18,8 +18,9 @@ class DriverFactory:
     """Makes the driver a thread gets from ``get_driver()``.
 
     ``IOPOLL_LOOP_DRIVER=package.module:Class`` names the class to use (a ``Driver``
-    subclass, made without arguments); otherwise ``IoPollDriver``, or ``SelectorsDriver``
-    where iopoll has only the select backend.  ``IOPOLL_LOOP_DEBUG_TRACE=1`` wraps the
+    subclass, made without arguments); otherwise ``IoPollDriver``, on the best backend
+    here, the select one included (``SelectorsDriver``, the standard library's selectors,
+    never sees bytes an ``ssl.SSLSocket`` holds).  ``IOPOLL_LOOP_DEBUG_TRACE=1`` wraps the
     driver in ``TracingDriver`` (empty, ``0``, ``false``, ``no`` or ``off``, in any case,
     leave it off).  Spaces around either value are ignored.
     """
@@ -37,12 +38,6 @@ class DriverFactory:
 
     @staticmethod
     def _default() -> Driver:
-        from .._native import Backend
-
-        if Backend.AUTO.resolve() is Backend.SELECT:
-            from ._selectors_driver import SelectorsDriver
-
-            return SelectorsDriver()
         from ._iopoll_driver import IoPollDriver
 
         return IoPollDriver()
