@@ -9,6 +9,9 @@ over libkqueue in ``tests/test_kqueue_libkqueue.py``.
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pytest
 
 from iopoll import Backend, Event
@@ -23,10 +26,13 @@ from iopoll._kqueue import (
     FILTER_READ,
     FILTER_WRITE,
     OTHER,
+    PIPE_READ_END,
+    PIPE_WRITE_END,
     READ_EOF,
     SOCKET,
     file_kind,
     filter_changes,
+    kind_of,
     merge_kevents,
     readiness,
     report,
@@ -108,6 +114,15 @@ def test_oneshot_is_left_to_the_context() -> None:
         (FILTER_READ, EV_EOF, 0, 4, OTHER, READ_EOF | R | H),
         (FILTER_READ, EV_EOF, 0, 0, OTHER, READ_EOF | H),
         (FILTER_WRITE, EV_EOF, 0, 0, OTHER, W | E),
+        (FILTER_READ, EV_EOF, 0, 4, PIPE_READ_END, READ_EOF | R | H),
+        (FILTER_WRITE, EV_EOF, 0, 0, PIPE_WRITE_END, W | E),
+        # Each filter asked of the other end (libuv reads a write end to see its reader
+        # go): the other side gone is poll's POLLERR on a write end, POLLHUP on a read end;
+        # an error in fflags (libkqueue sets EIO there) is not a socket's error.
+        (FILTER_READ, EV_EOF, 0, 0, PIPE_WRITE_END, E),
+        (FILTER_READ, EV_EOF, 5, 0, PIPE_WRITE_END, E),
+        (FILTER_WRITE, EV_EOF, 0, 0, PIPE_READ_END, H),
+        (FILTER_READ, EV_EOF, 5, 1, PIPE_READ_END, READ_EOF | R | H),
         (FILTER_READ, 0, 0, 7, FILE, R),  # a regular file before its end
         (FILTER_READ, EV_ERROR, 9, 0, SOCKET, E),  # EBADF on a change
     ],
@@ -124,6 +139,18 @@ def test_report_keeps_what_was_asked_and_error_and_hangup_always() -> None:
     assert report(everything, R | RH) == R | RH | E | H
     assert report(everything, W | ET) == W | E | H
     assert report(READ_EOF | R | RH, W) == 0
+
+
+def test_kind_of_tells_a_pipes_ends_apart() -> None:
+    r, w = os.pipe()
+    try:
+        assert (kind_of(r), kind_of(w)) == (PIPE_READ_END, PIPE_WRITE_END)
+    finally:
+        os.close(r)
+        os.close(w)
+    a, b = socket.socketpair()
+    with a, b:
+        assert kind_of(a.fileno()) == SOCKET
 
 
 def test_file_kind() -> None:

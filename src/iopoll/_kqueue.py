@@ -29,7 +29,12 @@ below are chosen to report what epoll and poll(2) report for the same state:
 * **Pipes, FIFOs, terminals.**  ``EV_EOF`` on the read filter means the writer is gone:
   ``HANGUP``, with ``READ`` only while bytes are left (``data > 0``), as poll(2) says.
   ``EV_EOF`` on the write filter means the reader is gone and a write fails with
-  ``EPIPE``: ``WRITE|ERROR``, no ``HANGUP`` (poll's ``POLLOUT|POLLERR``).
+  ``EPIPE``: ``WRITE|ERROR``, no ``HANGUP`` (poll's ``POLLOUT|POLLERR``).  Each filter can
+  be asked of the other end of a pipe too (libuv watches a write end for reading, to learn
+  that the reader left), where ``EV_EOF`` means the other side is gone: on a write end
+  the read filter's is ``ERROR`` (poll's ``POLLERR``), on a read end the write filter's
+  is ``HANGUP`` (``POLLHUP``).  So a pipe's end is told by its access mode at
+  registration, and an error in ``fflags`` is read as a socket's only.
 * **Regular files** (SPEC 6.7 is silent on ``KQUEUE``; the rule is stated in
   ``docs/testing-your-backend.md`` and held by the conformance suite): accepted.  ``WRITE``
   is always ready; ``READ`` is ready while the file offset is before end of file, which is
@@ -58,6 +63,7 @@ libkqueue offers while it emulates nothing).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import select
 import stat
@@ -73,6 +79,8 @@ __all__ = [
     "KqueueMechanism",
     "FILE",
     "OTHER",
+    "PIPE_READ_END",
+    "PIPE_WRITE_END",
     "SOCKET",
     "filter_changes",
     "file_kind",
@@ -98,7 +106,7 @@ EV_ERROR = getattr(select, "KQ_EV_ERROR", 0x4000)
 EV_EOF = getattr(select, "KQ_EV_EOF", 0x8000)
 
 # The kinds of file whose kevents mean different things.
-SOCKET, FILE, OTHER = 0, 1, 2
+SOCKET, FILE, OTHER, PIPE_READ_END, PIPE_WRITE_END = 0, 1, 2, 3, 4
 
 _READ = Event.READ.value
 _WRITE = Event.WRITE.value
@@ -119,6 +127,19 @@ def file_kind(mode: int) -> int:
     if stat.S_ISREG(mode):
         return FILE
     return OTHER
+
+
+def kind_of(fd: int) -> int:
+    """``fd``'s kind, a pipe's or FIFO's end told by its access mode (``OTHER`` if both)."""
+    mode = os.fstat(fd).st_mode
+    kind = file_kind(mode)
+    if stat.S_ISFIFO(mode):
+        access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        if access == os.O_RDONLY:
+            return PIPE_READ_END
+        if access == os.O_WRONLY:
+            return PIPE_WRITE_END
+    return kind
 
 
 def _level_read_hangup_only(events: int) -> bool:
@@ -167,7 +188,10 @@ def readiness(kfilter: int, flags: int, fflags: int, data: int = 0, kind: int = 
     if kfilter == FILTER_READ:
         if not flags & EV_EOF:
             return _READ
-        if fflags:  # the socket error that ended the connection: both directions are over
+        if kind == PIPE_WRITE_END:  # the reader is gone: a write fails with EPIPE
+            return _ERROR
+        if fflags and kind not in (PIPE_READ_END, PIPE_WRITE_END):
+            # The socket error that ended the connection: both directions are over.
             return READ_EOF | _READ | _READ_HANGUP | _ERROR | _HANGUP
         if kind == SOCKET:  # the peer sends no more; HANGUP only once writing is over too
             return READ_EOF | _READ | _READ_HANGUP
@@ -178,6 +202,8 @@ def readiness(kfilter: int, flags: int, fflags: int, data: int = 0, kind: int = 
             return _WRITE
         if kind == SOCKET:
             return _WRITE | _HANGUP | (_ERROR if fflags else 0)
+        if kind == PIPE_READ_END:  # the writer is gone; this end never could write
+            return _HANGUP
         return _WRITE | _ERROR  # the reader is gone: a write fails with EPIPE
     return 0
 
@@ -226,7 +252,7 @@ class KqueueMechanism(Mechanism):
         self._kqueue = _select.kqueue()
         self._kevent = _select.kevent
         self._registered: dict[int, int] = {}  # fd -> the watched events its filters serve
-        self._kinds: dict[int, int] = {}  # fd -> SOCKET, FILE or OTHER
+        self._kinds: dict[int, int] = {}  # fd -> its kind (kind_of)
         # READ_HANGUP-only level watchers whose read side reported end of file -> its bits.
         self._at_eof: dict[int, int] = {}
         self._prober: Any = None  # a second kqueue, made on first use by _writing_over
@@ -259,7 +285,7 @@ class KqueueMechanism(Mechanism):
 
     def register(self, fd: int, events: int) -> None:
         try:
-            self._kinds[fd] = file_kind(os.fstat(fd).st_mode)
+            self._kinds[fd] = kind_of(fd)
         except OSError:
             self._kinds[fd] = OTHER  # kevent() says what is wrong with the fd
         self._registered.pop(fd, None)  # a new file on this number: no filter of its own yet
