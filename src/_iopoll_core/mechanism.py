@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import ClassVar
 
 from .events import DecodeTable, ErrorCode
 
-__all__ = ["Mechanism"]
+try:
+    import fcntl
+except ImportError:  # Windows: no pipe reaches select() or WSAPoll
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Mechanism", "is_pipe_write_end"]
+
+
+def is_pipe_write_end(fd: int) -> bool:
+    """Whether ``fd``, a pipe's or FIFO's, is its write end (opened for writing only).
+
+    Readiness on a pipe means one thing on its read end and another on its write end
+    (the other side gone: end of file, or a broken pipe), which the OS's report does not
+    say: the select and kqueue translations ask this when the fd is registered.
+    """
+    if fcntl is None:
+        return False
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
 
 
 class Mechanism:

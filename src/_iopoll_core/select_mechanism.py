@@ -33,6 +33,7 @@ first peek and never peeked again.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -40,12 +41,12 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 from .errors import Refusal, raised_by_backend
 from .events import DecodeTable, ErrorCode, Event, decode_table
-from .mechanism import Mechanism
+from .mechanism import Mechanism, is_pipe_write_end
 
 __all__ = ["FD_SETSIZE", "SelectMechanism"]
 
@@ -61,15 +62,9 @@ except ImportError:  # Windows: every fd select() takes is a socket: peek instea
 
     _ioctl = _no_ioctl
 
-    def _is_write_end(fd: int) -> bool:
-        return False
-
 else:
     _FIONREAD = termios.FIONREAD
     _ioctl = fcntl.ioctl
-
-    def _is_write_end(fd: int) -> bool:
-        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
 
 
 _WINDOWS = sys.platform == "win32"
@@ -106,7 +101,7 @@ def _kind_of(fd: int) -> int:
     if stat.S_ISSOCK(mode):
         return _STREAM  # until a peek shows it is a listening or datagram socket
     if stat.S_ISFIFO(mode):
-        return _PIPE_WRITER if _is_write_end(fd) else _PIPE
+        return _PIPE_WRITER if is_pipe_write_end(fd) else _PIPE
     return _ALWAYS  # regular files, ttys, devices: readable means a read will not block
 
 
@@ -132,17 +127,30 @@ def _is_listening(sock: socket.socket) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _socket_on(fd: int) -> Iterator[socket.socket | None]:
+    """A socket object on ``fd``, detached on exit so the fd stays open; None if ``fd`` was
+    closed or replaced by another thread since select() returned."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        yield None
+        return
+    try:
+        yield sock
+    finally:
+        sock.detach()
+
+
 def _peek(fd: int, kinds: dict[int, int]) -> int:
     """Classify a readable socket with no bytes counted: end of file, reset, or ready.
 
     A socket that turns out to have no end of file (listening, datagram) is recorded in
     ``kinds`` as ``_ALWAYS`` so that it is never peeked again.
     """
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:  # closed or replaced by another thread since select() returned
-        return _ERROR | _HANGUP
-    try:
+    with _socket_on(fd) as sock:
+        if sock is None:
+            return _ERROR | _HANGUP
         if sock.type != socket.SOCK_STREAM or _is_listening(sock):
             kinds[fd] = _ALWAYS  # an empty datagram is data; a listener has a connection
             return _READ
@@ -155,8 +163,6 @@ def _peek(fd: int, kinds: dict[int, int]) -> int:
         except OSError:
             return _ERROR | _HANGUP  # reset (SPEC 7: no READ)
         return _READ if data else _HANGUP | _READ
-    finally:
-        sock.detach()
 
 
 def _half_closed(fd: int) -> bool:
@@ -167,17 +173,14 @@ def _half_closed(fd: int) -> bool:
     reset the connection.  TCP cannot tell a peer's SHUT_RDWR from its SHUT_WR until data
     comes back refused, and poll reports no hang-up for either.
     """
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:  # closed or replaced by another thread since select() returned
-        return False
-    try:
-        sock.send(b"", _SEND_PROBE)
-    except OSError:
-        return False
-    finally:
-        sock.detach()
-    return True
+    with _socket_on(fd) as sock:
+        if sock is None:
+            return False
+        try:
+            sock.send(b"", _SEND_PROBE)
+        except OSError:
+            return False
+        return True
 
 
 class SelectMechanism(Mechanism):

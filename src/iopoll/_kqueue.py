@@ -63,7 +63,6 @@ libkqueue offers while it emulates nothing).
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import select
 import stat
@@ -71,7 +70,7 @@ import time
 from typing import Any, ClassVar
 
 from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table
-from _iopoll_core.mechanism import Mechanism
+from _iopoll_core.mechanism import Mechanism, is_pipe_write_end
 from _iopoll_core.process_handles import PIDFD_AVAILABLE
 from _iopoll_core.signal_handles import SIGNALFD_AVAILABLE
 
@@ -130,15 +129,11 @@ def file_kind(mode: int) -> int:
 
 
 def kind_of(fd: int) -> int:
-    """``fd``'s kind, a pipe's or FIFO's end told by its access mode (``OTHER`` if both)."""
+    """``fd``'s kind, a pipe's or FIFO's end told by its access mode (read end if both)."""
     mode = os.fstat(fd).st_mode
     kind = file_kind(mode)
     if stat.S_ISFIFO(mode):
-        access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
-        if access == os.O_RDONLY:
-            return PIPE_READ_END
-        if access == os.O_WRONLY:
-            return PIPE_WRITE_END
+        return PIPE_WRITE_END if is_pipe_write_end(fd) else PIPE_READ_END
     return kind
 
 
