@@ -111,7 +111,7 @@ class GeneralWait(ContextState):
                 if len(due) < limit:
                     if self._watchers:
                         due += self._poll_watchers(mechanism, 0.0, limit - len(due))
-                elif self._watchers and not timers.any_due():
+                elif self._watchers and timers.seconds_to_next() != 0.0:  # none left out
                     self._fds_first = True
                 return due
             first = timers.seconds_to_next()

@@ -67,11 +67,6 @@ class TimerQueue:
         deadline = self._first_ns()
         return None if deadline is None else max(deadline - time.monotonic_ns(), 0) / 1e9
 
-    def any_due(self) -> bool:
-        """Whether an armed timer's deadline has passed (one ``take_due()`` left out)."""
-        deadline = self._first_ns()
-        return deadline is not None and deadline <= time.monotonic_ns()
-
     def _first_ns(self) -> int | None:
         heap, armed = self._heap, self._armed
         while heap:
