@@ -19,6 +19,8 @@ import pytest
 from fd_limit import raised_fd_limit
 from iopoll import Backend
 from iopoll.aio import IoPollSelector
+from iopoll_conformance.streams import fill
+from iopoll_conformance.support import socketpair, tcp_pair
 
 R, W = selectors.EVENT_READ, selectors.EVENT_WRITE
 
@@ -103,19 +105,9 @@ def test_hangup_is_folded_into_registered_events(backend: Backend) -> None:
 
 
 def _full_pair(family: str) -> tuple[socket.socket, socket.socket]:
-    """A connected pair whose first end cannot take another byte."""
-    if family == "unix":
-        a, b = socket.socketpair()
-    else:
-        with socket.create_server(("127.0.0.1", 0)) as listener:
-            a = socket.create_connection(listener.getsockname())
-            b, _ = listener.accept()
-    a.setblocking(False)
-    try:
-        while True:
-            a.send(b"x" * 65536)
-    except BlockingIOError:
-        pass
+    """A connected non-blocking pair whose first end cannot take another byte."""
+    a, b = socketpair() if family == "unix" else tcp_pair()
+    fill(a)
     return a, b
 
 
