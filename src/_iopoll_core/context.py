@@ -329,7 +329,10 @@ class Context(GeneralWait):
                     # Capped as _poll caps it: _finish_wait waits out the rest.
                     wait_for = min(left, self._max_timeout)
             try:
-                raw = poll(wait_for, len(watchers))
+                if wait_for >= 0:
+                    raw = poll(wait_for, len(watchers))
+                else:
+                    raw = self._poll_forever(poll, len(watchers))
             except OSError as exc:
                 if self._usable is None or self._fast_poll is poll:
                     self._poll_failed(exc)

@@ -212,6 +212,24 @@ class ContextState(_Uncopyable):
         self._retire(watcher)
         return False
 
+    def _can_be_woken(self) -> bool:
+        """Whether a wait with no timeout has anything left that can end it.
+
+        Asked just before the OS wait would block for ever.  epoll (like kqueue and event
+        ports) drops a closed fd's registration without a word, so a context whose streams
+        were all closed without ``remove()`` would sleep there for good, where SPEC 4
+        returns ``[]``.  Watchers are retired from the front of the table until one is
+        found open: each watcher is retired once in its life, so this is one probe per
+        blocking wait, amortized, however many watchers there are.
+        """
+        watchers = self._watchers
+        while watchers:
+            watcher = next(iter(watchers.values()))
+            if watcher._stream_open():
+                return True
+            self._retire(watcher)  # forgets it: the loop moves on
+        return bool(self._timers)
+
     def _retire(self, watcher: Watcher) -> None:
         """Drop a watcher whose stream was closed (or whose fd became invalid)."""
         self._mark_lost(watcher)

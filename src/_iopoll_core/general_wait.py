@@ -10,10 +10,11 @@ failed poll raises.  Those three names and signatures are the C code's interface
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from .arguments import MAX_EVENTS_LIMIT, check_max_events, timeout_seconds
+from .arguments import FOREVER, MAX_EVENTS_LIMIT, check_max_events, timeout_seconds
 from .context_state import ContextState
 from .errors import (
     FailedPollWaitError,
@@ -158,6 +159,8 @@ class GeneralWait(ContextState):
         # ready.  (-1 would mean epoll's default of FD_SETSIZE - 1, not "as many as ready".)
         batch = max(len(self._watchers) + len(self._stale_fds), 1)
         try:
+            if seconds < 0:
+                return self._poll_forever(mechanism.poll, batch)
             return mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
             if self._usable not in (mechanism, None):
@@ -166,6 +169,17 @@ class GeneralWait(ContextState):
                 # the new one for the time that is left, as PEP 475 would.
                 return []
             self._poll_failed(exc)
+
+    def _poll_forever(
+        self, poll: Callable[[float, int], list[tuple[int, int]]], batch: int
+    ) -> list[tuple[int, int]]:
+        """``poll`` with no timeout, unless nothing is left that could end it.
+
+        What is ready now is asked first, without blocking; only when nothing is does the
+        Context check that a watcher can still wake it (``_can_be_woken``) before the OS
+        wait that blocks.  An event loop mostly finds something ready, and then pays nothing.
+        """
+        return poll(0.0, batch) or (poll(FOREVER, batch) if self._can_be_woken() else [])
 
     def _poll_failed(self, exc: OSError) -> NoReturn:
         """Raise what ``wait()`` raises for ``exc``, which the mechanism's poll raised."""

@@ -187,13 +187,28 @@ milliseconds(double seconds)
     return ms > (double)INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* self._can_be_woken(): 1 a watcher is left that can end a wait with no timeout, 0 none
+ * (the Context retired the closed streams' watchers it found), -1 error. */
+static int
+can_be_woken(PyObject *self)
+{
+    PyObject *answer = call_method(self, slots.str_can_be_woken, NULL, 0);
+    if (answer == NULL) {
+        return -1;
+    }
+    int can = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return can;
+}
+
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
  * `recheck`, if given, is asked after the handlers whether the OS object is still the one
  * to wait on (a handler may have closed the Context, or made it replace the object):
  * WAIT_HANDED_BACK when it says 0.  Before it blocks, it sets *started, if NULL, to
- * time.monotonic() (see wait_with()), and calls `prepare`, if given. */
+ * time.monotonic() (see wait_with()), and calls `prepare`, if given; a wait with no
+ * timeout then returns 0 instead if nothing is left that can end it (_can_be_woken). */
 int
 wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck recheck,
               Prepare prepare, PyObject **started)
@@ -222,7 +237,23 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck r
                 /* The clock, once: before the first blocking call, whether the
                  * non-blocking one found nothing or was interrupted (EINTR). */
                 blocked = 1;
-                if (read_started(started) < 0 || (prepare != NULL && prepare(call) < 0)) {
+                if (read_started(started) < 0) {
+                    return -1;
+                }
+                if (timeout < 0) {
+                    /* For ever: only if a watcher is left that can end it (a closed
+                     * stream's fd leaves epoll in silence); none, and no reports.  The
+                     * probes it made ran Python code, so the OS object is asked again. */
+                    int can = can_be_woken(self);
+                    if (can <= 0) {
+                        return can;
+                    }
+                    int go_on = recheck == NULL ? 1 : recheck(call);
+                    if (go_on <= 0) {
+                        return go_on < 0 ? -1 : WAIT_HANDED_BACK;
+                    }
+                }
+                if (prepare != NULL && prepare(call) < 0) {
                     return -1;
                 }
                 deadline = timeout > 0 ? monotonic_seconds() + seconds : 0.0;

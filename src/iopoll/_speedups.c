@@ -15,6 +15,8 @@
  *   self._wait(timeout, microseconds, max_events)   any other form of wait()
  *   self._poll_failed(exc)                          the mechanism's poll raised OSError
  *   self._finish_wait(raw, seconds, started)        a report needs care (_collect)
+ *   self._can_be_woken()                            an OS wait is about to block for ever
+ *   self._poll_forever(poll, registered)            the mechanism's poll, with no timeout
  *   mechanism.translate_kevents(kevents)            a kevent that is not plain (KQUEUE)
  *
  * so that no bookkeeping lives here.  install(context_type, watcher_type) puts this wait() on
@@ -322,7 +324,14 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
         goto finally;
     }
     poll_args[1] = registered;
-    raw = PyObject_Vectorcall(poll, poll_args, 2, NULL);
+    if (!cut && value < 0.0) {
+        /* No timeout: first what is ready, then only if a watcher can end the wait. */
+        PyObject *forever_args[2] = {poll, registered};
+        raw = call_method(self, slots.str_poll_forever, forever_args, 2);
+    }
+    else {
+        raw = PyObject_Vectorcall(poll, poll_args, 2, NULL);
+    }
     Py_DECREF(registered);
     if (raw == NULL) {
         if (PyErr_ExceptionMatches(PyExc_OSError)) {
@@ -533,6 +542,8 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.str_wait = PyUnicode_InternFromString("_wait"))
         || !(found.str_poll_failed = PyUnicode_InternFromString("_poll_failed"))
         || !(found.str_finish_wait = PyUnicode_InternFromString("_finish_wait"))
+        || !(found.str_can_be_woken = PyUnicode_InternFromString("_can_be_woken"))
+        || !(found.str_poll_forever = PyUnicode_InternFromString("_poll_forever"))
         || !(found.str_native_kqueue = PyUnicode_InternFromString("native_kqueue"))
         || !(found.str_translate_kevents = PyUnicode_InternFromString("translate_kevents"))
         || !(found.str_kqueue = PyUnicode_InternFromString("_kqueue"))
@@ -557,6 +568,8 @@ error:
     Py_XDECREF(found.str_wait);
     Py_XDECREF(found.str_poll_failed);
     Py_XDECREF(found.str_finish_wait);
+    Py_XDECREF(found.str_can_be_woken);
+    Py_XDECREF(found.str_poll_forever);
     Py_XDECREF(found.str_native_kqueue);
     Py_XDECREF(found.str_translate_kevents);
     Py_XDECREF(found.str_kqueue);

@@ -5,14 +5,19 @@ from __future__ import annotations
 import gc
 import os
 import socket
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
 
+from ..process import alarm
 from ..streams import closing_all, recv_exactly, socketpair_on_fd
-from ..support import Capabilities, poll_now, reported, short_wait, socketpair, waits
+from ..support import Capabilities, poll_now, reported, short_wait, socketpair, timed, waits
+
+# Long enough for any machine; a wait(None) that blocks for good is ended by SIGALRM then.
+_HANG = 5.0
 
 
 @contextmanager
@@ -30,6 +35,23 @@ def _read_fd(fd: int, size: int) -> bytes:
     with socket.socket(fileno=os.dup(fd)) as sock:
         sock.setblocking(False)
         return recv_exactly(sock, size)
+
+
+class _Hung(Exception):
+    """Raised by the SIGALRM handler into a wait(None) that would never return."""
+
+
+def _unless_hung(call: Callable[[], Any]) -> tuple[Any, float]:
+    """``timed(call)``, failing the test if ``call`` is still blocked after ``_HANG`` s."""
+
+    def hung(signum: int, frame: object) -> None:
+        raise _Hung
+
+    try:
+        with alarm(hung, _HANG):
+            return timed(call)
+    except _Hung:
+        pytest.fail(f"wait(None) was still blocked after {_HANG:g} s")
 
 
 class ClosedStreamRules:
@@ -148,6 +170,51 @@ class ClosedStreamRules:
             first_watcher.remove()
             second_watcher.remove()
             assert len(ctx) == len(second) == 0
+
+    @pytest.mark.parametrize("keep_dup", [False, True])
+    def test_spec_4_wait_none_once_every_stream_closed(
+        self, api: Any, ctx: Any, keep_dup: bool
+    ) -> None:
+        """SPEC 4 and 6.8: streams closed without remove() leave no active watcher, so
+        wait(None) returns [] at once, as with none added.
+
+        epoll forgets a closed fd without a word (or, with a dup open, keeps an entry that
+        is never ready): a backend that waits on the OS alone sleeps for good here.
+        """
+        pairs = [socketpair() for _ in range(3)]
+        with closing_all(*(end for pair in pairs for end in pair)):
+            kept = _dup_of(pairs[0][0]) if keep_dup else nullcontext()
+            with kept:
+                watchers = [ctx.add(a, api.Event.READ, index) for index, (a, _) in enumerate(pairs)]
+                for a, _ in pairs:
+                    a.close()
+                result, elapsed = _unless_hung(lambda: ctx.wait(None))
+                assert result == [] and elapsed < _HANG
+                assert not any(watcher.is_active() for watcher in watchers)
+                assert len(ctx) == 0
+
+    def test_spec_6_8_wait_none_waits_for_the_open_stream_behind_closed_ones(
+        self, api: Any, ctx: Any
+    ) -> None:
+        """SPEC 6.8: streams closed without remove() ahead of an open one that is not ready
+        yet: wait(None) sleeps until the open one is ready, and reports only it."""
+        closed = [socketpair() for _ in range(3)]
+        a, b = socketpair()
+        with closing_all(a, b, *(end for pair in closed for end in pair)):
+            gone = [ctx.add(end, api.Event.READ, "gone") for end, _ in closed]
+            live = ctx.add(b, api.Event.READ, "live")
+            for end, _ in closed:
+                end.close()
+            sender = threading.Timer(0.2, a.send, (b"x",))
+            sender.start()
+            try:
+                result, elapsed = _unless_hung(lambda: ctx.wait(None))
+            finally:
+                sender.cancel()
+                sender.join()
+            assert result == [live] and elapsed >= 0.1
+            assert not any(watcher.is_active() for watcher in gone)
+            assert len(ctx) == 1
 
     @pytest.mark.parametrize(
         "order", ["stream-watcher-context", "stream-context", "context-stream", "gc"]
