@@ -369,6 +369,6 @@ class Context(GeneralWait):
         return self._wait(timeout, microseconds, max_events)
 
     # iopoll's C accelerator (iopoll/_speedups.c) replaces wait() above with the same fast
-    # path in C; it calls _wait, _poll_failed and _finish_wait for everything else, so their
-    # names and signatures are its interface.
+    # path in C; it calls _wait, _poll_failed, _finish_wait, _poll_forever and _can_be_woken
+    # for everything else, so their names and signatures are its interface.
 

@@ -4,7 +4,9 @@ Every timeout form, ``max_events`` and its leftovers, bytes a TLS stream holds, 
 and every report that needs care (no watcher, a closed stream, POLLNVAL, a one-shot) come
 here.  ``Context.wait`` (and the C accelerator's) calls ``_wait`` for a call it does not
 serve, and ``_finish_wait`` with reports it will not decode; ``_poll_failed`` says what a
-failed poll raises.  Those three names and signatures are the C code's interface.
+failed poll raises; ``_poll_forever`` polls with no timeout, and ``_can_be_woken`` (in
+``ContextState``) says whether such a poll may block.  Those names and signatures are the C
+code's interface.
 """
 
 from __future__ import annotations
