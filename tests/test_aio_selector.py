@@ -6,12 +6,14 @@ Where the two must agree, the stdlib selector is run on the same scenario as the
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import selectors
 import signal
 import socket
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -310,6 +312,28 @@ def test_get_map_is_live_and_read_only(
         mapping[pair[1]] = key  # type: ignore[index]
     selector.close()
     assert len(mapping) == 0 and mapping.get(pair[0]) is None
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_dropped_selector_is_freed_without_the_collector(
+    backend: Backend, pair: tuple[socket.socket, socket.socket], closed: bool
+) -> None:
+    # As the stdlib's: no cycle between the selector and its get_map() view, so the last
+    # reference frees it (and its Context) at once, with the collector off.
+    sel = IoPollSelector(backend)
+    sel.register(pair[0], R, "data")
+    assert len(sel.get_map()) == 1
+    freed = weakref.ref(sel)
+    if closed:
+        sel.close()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del sel
+        assert freed() is None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_closed_selector(backend: Backend, pair: tuple[socket.socket, socket.socket]) -> None:

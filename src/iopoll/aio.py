@@ -111,32 +111,46 @@ def _as_os_error(exc: FailedPollOperationError) -> OSError | ValueError:
     return OSError(exc.errno, exc.strerror or str(exc))
 
 
+def _fd_among(fd_to_key: dict[int, SelectorKey], fileobj: _FileObj) -> int:
+    """The fd of ``fileobj``; a closed file object is found among the keys by identity."""
+    try:
+        return _fileobj_to_fd(fileobj)
+    except ValueError:
+        for key in fd_to_key.values():
+            if key.fileobj is fileobj:
+                return key.fd
+        raise
+
+
 class _SelectorMapping(Mapping[_FileObj, SelectorKey]):
-    """The live, read-only view that ``get_map()`` returns: file object or fd -> key."""
+    """The live, read-only view that ``get_map()`` returns: file object or fd -> key.
 
-    __slots__ = ("_selector",)
+    It holds the selector's table, not the selector: a selector and its mapping holding
+    each other would be a cycle, left for the collector when the loop is dropped.
+    """
 
-    def __init__(self, selector: IoPollSelector) -> None:
-        self._selector = selector
+    __slots__ = ("_fd_to_key",)
+
+    def __init__(self, fd_to_key: dict[int, SelectorKey]) -> None:
+        self._fd_to_key = fd_to_key
 
     def __len__(self) -> int:
-        return len(self._selector._fd_to_key)
+        return len(self._fd_to_key)
 
     def __getitem__(self, fileobj: _FileObj) -> SelectorKey:
-        selector = self._selector
-        key = selector._fd_to_key.get(selector._fileobj_lookup(fileobj))
+        key = self._fd_to_key.get(_fd_among(self._fd_to_key, fileobj))
         if key is None:
             raise KeyError(f"{fileobj!r} is not registered")
         return key
 
     def get(self, fileobj: _FileObj, default: Any = None) -> Any:
         """The key of ``fileobj``, or ``default`` (asyncio calls this on every add_reader)."""
-        selector = self._selector
-        fd = fileobj if type(fileobj) is int else selector._fileobj_lookup(fileobj)
-        return selector._fd_to_key.get(fd, default)
+        fd_to_key = self._fd_to_key
+        fd = fileobj if type(fileobj) is int else _fd_among(fd_to_key, fileobj)
+        return fd_to_key.get(fd, default)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._selector._fd_to_key)
+        return iter(self._fd_to_key)
 
 
 class IoPollSelector(selectors.BaseSelector):
@@ -163,7 +177,7 @@ class IoPollSelector(selectors.BaseSelector):
         self._context = Context(backend)
         self._fd_to_key: dict[int, SelectorKey] = {}
         self._watchers: dict[int, Watcher] = {}
-        self._map = _SelectorMapping(self)
+        self._map = _SelectorMapping(self._fd_to_key)
         self._closed = False
         # epoll, poll and WSAPoll take milliseconds: round up, so the wait lasts at least as
         # asked.
@@ -186,13 +200,7 @@ class IoPollSelector(selectors.BaseSelector):
 
     def _fileobj_lookup(self, fileobj: _FileObj) -> int:
         """The fd of ``fileobj``; a closed file object is found among the keys by identity."""
-        try:
-            return _fileobj_to_fd(fileobj)
-        except ValueError:
-            for key in self._fd_to_key.values():
-                if key.fileobj is fileobj:
-                    return key.fd
-            raise
+        return _fd_among(self._fd_to_key, fileobj)
 
     def _registered_fd(self, fileobj: _FileObj) -> int:
         fd = self._fileobj_lookup(fileobj)
