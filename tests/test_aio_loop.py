@@ -184,6 +184,21 @@ def test_a_closed_loop_leaves_no_more_cycles_than_asyncio() -> None:
     assert len(ours) <= len(stock)
 
 
+def test_a_loop_with_no_socket_transport_costs_no_read_buffer() -> None:
+    # The 256 KiB buffer socket transports read into is made with the first of them.
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        loops = [iopoll.aio.new_event_loop() for _ in range(10)]
+        held, _ = tracemalloc.get_traced_memory()
+        for loop in loops:
+            loop.close()
+    finally:
+        tracemalloc.stop()
+    assert held < 10 * 64 * 1024, f"{held / 10 / 1024:.0f} KiB per idle loop"
+
+
 def test_tcp_streams_and_server() -> None:
     async def main() -> list[bytes]:
         server = await asyncio.start_server(_echo, "127.0.0.1", 0)

@@ -121,12 +121,25 @@ def test_two_transports_of_one_loop_do_not_mix_their_reads() -> None:
 @pytest.mark.parametrize("make", [iopoll.aio.new_event_loop, iopoll.aio.Loop])
 def test_every_loop_has_its_own_buffer(make: Any) -> None:
     first, second = make(), make()
+    pairs = [socket.socketpair() for _ in range(2)]
     try:
+        for loop, (ours, _) in zip((first, second), pairs, strict=True):
+            assert loop._read_buffer is None  # made with the first transport
+            transport, _ = loop.run_until_complete(
+                loop.create_connection(asyncio.Protocol, sock=ours)
+            )
+            buffer = loop._read_buffer
+            assert buffer is not None and len(buffer) == 256 * 1024
+            transport.close()
+            loop.run_until_complete(asyncio.sleep(0))
+            assert loop._read_buffer is buffer  # kept for the loop's next transports
         assert first._read_buffer is not second._read_buffer
-        assert len(first._read_buffer) == 256 * 1024
     finally:
         first.close()
         second.close()
+        for pair in pairs:
+            for end in pair:
+                end.close()
 
 
 @pytest.mark.parametrize("proto", [0, socket.IPPROTO_TCP])

@@ -416,7 +416,9 @@ class _SocketTransport(_AsyncioSocketTransport):  # type: ignore[misc]
         if self._conn_lost:
             return
         buffer = self._loop._read_buffer
-        if self.max_size != len(buffer):  # the class attribute was changed: asyncio's way
+        # Made with the first transport (never None here); the class attribute changed
+        # since: asyncio's way.
+        if buffer is None or self.max_size != len(buffer):
             super()._read_ready__data_received()
             return
         try:
@@ -452,8 +454,9 @@ class Loop(asyncio.SelectorEventLoop):
     def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
         super().__init__(_LoopSelector() if selector is None else selector)
         # The read buffer of every socket transport of this loop: one loop, one thread,
-        # and each read is copied out before the next can start.
-        self._read_buffer = memoryview(bytearray(_SocketTransport.max_size))
+        # and each read is copied out before the next can start.  Made with the first
+        # transport: a loop that never has one (a thread's, a test's) costs no 256 KiB.
+        self._read_buffer: memoryview | None = None
 
     def _make_socket_transport(
         self,
@@ -466,6 +469,8 @@ class Loop(asyncio.SelectorEventLoop):
     ) -> asyncio.Transport:
         if sys.version_info >= (3, 12):
             self._ensure_fd_no_transport(sock)  # type: ignore[attr-defined]
+        if self._read_buffer is None:
+            self._read_buffer = memoryview(bytearray(_SocketTransport.max_size))
         return _SocketTransport(self, sock, protocol, waiter, extra, server)
 
     def _process_events(self, event_list: list[Any]) -> None:
