@@ -51,6 +51,13 @@
  * found by the first full collection after it is made, where without this it would have
  * been found by the first young one.  The walk costs a full collection a pass over the
  * driver's lists, which it walks anyway.
+ *
+ * One cycle needs no driver: a timer in the heap and its entry, a tuple that holds the
+ * record.  A driver is mostly freed by a young collection (it is in cycles of its own) or
+ * by its last reference, never to be seen by track_records(); its armed timers' cycles
+ * would then stay, with everything their callbacks hold.  So a record is tracked as its
+ * heap entry is made (_timers.c): what the heap holds is walked like any other object,
+ * and the FIFO's records, whose entry is an int, stay untracked.
  */
 
 #include "_dispatch.h"

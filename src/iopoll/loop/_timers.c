@@ -91,6 +91,12 @@ loop_activate_timer(PyObject *self, PyObject *callback, PyObject *timers, PyObje
         PyTuple_SET_ITEM(entry, 1, Py_NewRef(number));
         PyTuple_SET_ITEM(entry, 2, Py_NewRef(callback));
         put(callback, S.entry, entry);
+        /* The entry holds the record that holds it: a cycle, which the collector only
+         * finds through a tracked record (a C record starts out untracked, _records.c).
+         * Left to track_records(), it outlives a driver freed between full collections. */
+        if (PyObject_IS_GC(callback) && !PyObject_GC_IsTracked(callback)) {
+            PyObject_GC_Track(callback);
+        }
         failed = loop_heap_push(timers, entry);
         Py_DECREF(entry);
     }
