@@ -217,6 +217,64 @@ def test_pep_475_a_handlers_oserror_leaves_wait_unchanged(
         b.close()
 
 
+@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
+@pytest.mark.parametrize("max_events", [None, 8])
+def test_a_handler_that_unwatches_an_fd_during_the_wait_leaves_it_unreported(
+    make_context: object, max_events: int | None
+) -> None:
+    """A signal handler removes a watcher while wait() blocks, then its fd and another
+    watched one get data: the wait reports the other, as epoll does.  select() retries
+    with the fd lists it was given, and SELECT and the polyfill raised KeyError."""
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    try:
+        with make_context() as ctx:  # type: ignore[operator]
+            removed = ctx.add(b, Event.READ, "removed")
+            kept = ctx.add(d, Event.READ, "kept")
+
+            def unwatch(signum: int, frame: object) -> None:
+                removed.remove()
+                a.send(b"x")
+                c.send(b"y")
+
+            with alarm(unwatch, 0.1):
+                assert ctx.wait(2, 0, max_events) == [kept]
+            assert not removed.is_active() and kept.is_active()
+    finally:
+        for sock in (a, b, c, d):
+            sock.close()
+
+
+@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
+@pytest.mark.parametrize("max_events", [None, 8])
+def test_a_handler_that_closes_the_context_during_the_wait_ends_it_cleanly(
+    make_context: object, max_events: int | None
+) -> None:
+    """A signal handler closes the Context while wait() blocks, then a watched fd gets
+    data.  The wait raises PollError (SPEC 4: a closed Context's wait) or, where the OS
+    call itself came back empty, returns []: never the KeyError (SELECT, the polyfill) or
+    AssertionError (POLL with max_events) it gave, from bookkeeping of a closed Context.
+    With max_events it is always PollError."""
+    a, b = socket.socketpair()
+    try:
+        ctx = make_context()  # type: ignore[operator]
+        ctx.add(b, Event.READ, "b")
+
+        def close(signum: int, frame: object) -> None:
+            ctx.close()
+            a.send(b"x")
+
+        with alarm(close, 0.1):
+            try:
+                outcome = repr(ctx.wait(2, 0, max_events))
+            except iopoll.PollError:
+                outcome = "PollError"
+        assert outcome == "PollError" if max_events else outcome in ("PollError", "[]")
+    finally:
+        a.close()
+        b.close()
+
+
 def test_select_tells_its_own_ebadf_from_a_handlers() -> None:
     """select() fails with EBADF for a closed fd; a handler raising OSError(EBADF) is not that."""
     a, b = socket.socketpair()

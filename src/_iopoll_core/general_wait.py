@@ -162,8 +162,9 @@ class GeneralWait(ContextState):
         batch = max(len(self._watchers) + len(self._stale_fds), 1)
         try:
             if seconds < 0:
-                return self._poll_forever(mechanism.poll, batch)
-            return mechanism.poll(min(seconds, mechanism.max_timeout), batch)
+                raw = self._poll_forever(mechanism.poll, batch)
+            else:
+                raw = mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
             if self._usable not in (mechanism, None):
                 # A signal handler made the Context rebuild its OS object (closing the one
@@ -171,6 +172,13 @@ class GeneralWait(ContextState):
                 # the new one for the time that is left, as PEP 475 would.
                 return []
             self._poll_failed(exc)
+        if self._usable is not mechanism:
+            # A signal handler closed the Context, or made it replace its OS object, while
+            # the poll waited (poll and select retry with what they were given): closed,
+            # that is what the wait says; else the caller's loop polls the new object.
+            self._usable_mechanism(FailedPollWaitError)
+            return []
+        return raw
 
     def _poll_forever(
         self, poll: Callable[[float, int], list[tuple[int, int]]], batch: int

@@ -312,6 +312,11 @@ class SelectMechanism(Mechanism):
         """What select()'s answer means: the raw reports, and the fds that were readable
         only with bytes their watcher did not ask for (None if there were none)."""
         interest, kinds, count = self.interest, self.kinds, self.count
+        if self.changed:
+            # A signal handler changed the registrations while select() waited (it retries
+            # on EINTR with the fd lists it was given): an fd unwatched since is not news.
+            readable = [fd for fd in readable if fd in interest]
+            writable = [fd for fd in writable if fd in interest]
         ready: list[tuple[int, int]] = []
         parked: set[int] | None = None
         for fd in readable:
@@ -400,3 +405,4 @@ class SelectMechanism(Mechanism):
         self.readers = []
         self.writers = []
         self.reading = {}
+        self.changed = True  # a select() under way (a handler closed it) answers nothing

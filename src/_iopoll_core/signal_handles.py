@@ -159,7 +159,9 @@ class _Blocks:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, restore)
 
     def unblock_in_child(self) -> None:
-        """After ``os.fork``: the child gets the mask it would have had without us."""
+        """After ``os.fork``: the child gets our signals unblocked, except those the main
+        thread had blocked before the first watcher.  (A fork from another thread gets the
+        same: that thread's own mask before our block is not known here.)"""
         self.lock = threading.Lock()  # the parent's may have been held by another thread
         held = self.deferred.union(self.counts)
         restore = [signum for signum in held if signum not in self.blocked_before]
