@@ -267,9 +267,10 @@ def test_a_handler_that_closes_the_context_during_the_wait_ends_it_cleanly(
         with alarm(close, 0.1):
             try:
                 outcome = repr(ctx.wait(2, 0, max_events))
-            except iopoll.PollError:
-                outcome = "PollError"
-        assert outcome == "PollError" if max_events else outcome in ("PollError", "[]")
+            except iopoll.PollError as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+        closed = "PollError: Context is closed"
+        assert outcome == closed if max_events else outcome in (closed, "[]")
     finally:
         a.close()
         b.close()

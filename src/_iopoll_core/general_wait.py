@@ -20,6 +20,7 @@ from .arguments import FOREVER, MAX_EVENTS_LIMIT, check_max_events, timeout_seco
 from .context_state import ContextState
 from .errors import (
     FailedPollWaitError,
+    PollError,
     Refusal,
     raised_by_backend,
 )
@@ -196,6 +197,10 @@ class GeneralWait(ContextState):
         mechanism = self._mechanism
         if not raised_by_backend(exc, None if mechanism is None else type(mechanism)):
             raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
+        if self._closed:
+            # A signal handler closed the Context while the poll waited, and the retry on
+            # its closed OS object failed: the wait is a closed Context's (SPEC 4).
+            raise PollError("Context is closed") from exc
         raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
 
     def _collect_all(
