@@ -47,7 +47,8 @@ typedef struct {
     PyObject *monotonic;                                        /* time.monotonic */
     PyObject *forever;                                          /* -1.0: no timeout */
     PyObject *zero;                                             /* 0.0 */
-    PyObject *str_wait, *str_poll_failed, *str_finish_wait, *str_can_be_woken, *str_poll_forever;
+    PyObject *str_wait, *str_poll_failed, *str_finish_wait;
+    PyObject *str_can_be_woken, *str_poll_forever;
     PyObject *str_native_kqueue, *str_translate_kevents, *str_kqueue, *str_closed;
     unsigned int read_bit, write_bit;                           /* Event.READ, Event.WRITE */
 } Slots;
