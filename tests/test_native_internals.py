@@ -276,6 +276,46 @@ def test_a_handler_that_closes_the_context_during_the_wait_ends_it_cleanly(
         b.close()
 
 
+class _PendingFailsOnce:
+    """A stream with buffered bytes (``pending()``), as an ``ssl.SSLSocket``, whose
+    ``pending()`` raises once when ``fail`` is set."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.fail = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def pending(self) -> int:
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("pending() failed once")
+        return 0
+
+
+@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
+def test_due_timers_outlive_a_wait_that_raised_after_taking_them(make_context: object) -> None:
+    """A wait takes the due timers first (SPEC 10), then asks the streams; when that step
+    raises (here a stream's pending(); a signal handler's exception alike), the timers are
+    due again for the next wait: no ready watcher is missed (SPEC 4).  They were lost."""
+    a, b = socket.socketpair()
+    stream = _PendingFailsOnce(b)
+    try:
+        with make_context() as ctx:  # type: ignore[operator]
+            ctx.add(stream, Event.READ, "stream")
+            timer = ctx.add(iopoll.TimerHandle(0.01), Event.TIMER, "timer")
+            time.sleep(0.05)
+            stream.fail = True
+            with pytest.raises(RuntimeError, match="failed once"):
+                ctx.wait(0)
+            assert ctx.wait(0) == [timer]
+            assert ctx.wait(0) == []
+    finally:
+        a.close()
+        b.close()
+
+
 def test_select_tells_its_own_ebadf_from_a_handlers() -> None:
     """select() fails with EBADF for a closed fd; a handler raising OSError(EBADF) is not that."""
     a, b = socket.socketpair()

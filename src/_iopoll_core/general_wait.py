@@ -114,7 +114,11 @@ class GeneralWait(ContextState):
             if due:
                 if len(due) < limit:
                     if self._watchers:
-                        due += self._poll_watchers(mechanism, 0.0, limit - len(due))
+                        try:
+                            due += self._poll_watchers(mechanism, 0.0, limit - len(due))
+                        except BaseException:  # a stream's pending(), a probe, a handler
+                            timers.give_back(due)
+                            raise
                 elif self._watchers and timers.seconds_to_next() != 0.0:  # none left out
                     self._fds_first = True
                 return due

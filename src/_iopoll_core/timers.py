@@ -30,11 +30,12 @@ __all__ = ["TimerQueue"]
 class TimerQueue:
     """The armed timers of one Context, by deadline (nanoseconds of ``time.monotonic_ns``)."""
 
-    __slots__ = ("_heap", "_armed", "_count", "watchers")
+    __slots__ = ("_heap", "_armed", "_count", "_taken", "watchers")
 
     _heap: list[tuple[int, int, Watcher]]  # (deadline, entry number, watcher)
     _armed: dict[Watcher, tuple[int, int]]  # armed watcher -> its live (deadline, number)
     _count: int  # entry numbers: unique, so the heap never compares two watchers
+    _taken: list[int]  # the deadlines of what the last take_due() returned, for give_back()
     # Every active timer watcher, armed or not, by handle (a handle is added once here).
     watchers: dict[TimerHandle, Watcher]
 
@@ -42,6 +43,7 @@ class TimerQueue:
         self._heap = []
         self._armed = {}
         self._count = 0
+        self._taken = []
         self.watchers = {}
 
     def __len__(self) -> int:
@@ -86,6 +88,7 @@ class TimerQueue:
         heap, armed = self._heap, self._armed
         now = time.monotonic_ns()
         due: list[Watcher] = []
+        taken = self._taken = []
         while heap and len(due) < limit:
             deadline, number, watcher = heap[0]
             if deadline > now:
@@ -95,6 +98,7 @@ class TimerQueue:
                 continue  # a dead entry
             watcher._triggered = Event.TIMER
             due.append(watcher)
+            taken.append(deadline)
             handle: TimerHandle = watcher._handle  # type: ignore[assignment]
             if handle._periodic and not watcher._oneshot:
                 period = handle._timeout_ns
@@ -106,6 +110,15 @@ class TimerQueue:
                 del armed[watcher]
                 watcher._armed = False
         return due
+
+    def give_back(self, due: list[Watcher]) -> None:
+        """Arm again, due as they were, the timers the last ``take_due()`` returned: the
+        wait that took them raised before it could report them (SPEC 4: no ready watcher
+        is missed).  One removed since stays removed."""
+        for watcher, deadline in zip(due, self._taken, strict=True):
+            if watcher.is_active():
+                self._push(watcher, deadline)
+                watcher._armed = True
 
     def clear(self) -> None:
         """Forget every timer (the context is closing)."""
