@@ -33,6 +33,7 @@ from .errors import (
     InvalidHandleError,
     Refusal,
     code_for_errno,
+    raised_by_backend,
 )
 from .events import Event, coerce_events, decode_prefix, os_events
 from .general_wait import GeneralWait
@@ -334,11 +335,17 @@ class Context(GeneralWait):
                 else:
                     raw = self._poll_forever(poll, len(watchers))
             except OSError as exc:
-                if self._usable is None or self._fast_poll is poll:
-                    self._poll_failed(exc)
+                usable = self._usable
                 # A signal handler made the Context rebuild its OS object, closing the one
-                # this poll waited on: the rest of the wait is on the new one.
-                return self._finish_wait([], seconds, started)
+                # this poll waited on: the rest of the wait is on the new one.  (`!=`, not
+                # `is`: a mechanism's poll may be a new bound method at each reading.)
+                if (
+                    usable is not None
+                    and self._fast_poll != poll
+                    and raised_by_backend(exc, type(usable))
+                ):
+                    return self._finish_wait([], seconds, started)
+                self._poll_failed(exc)  # a handler's own exception leaves as it is
             if not raw and wait_for is not seconds:
                 return self._finish_wait(raw, seconds, started)  # the deadline cut it short
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which

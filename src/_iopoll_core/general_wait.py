@@ -171,12 +171,12 @@ class GeneralWait(ContextState):
             else:
                 raw = mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
-            if self._usable not in (mechanism, None):
+            if self._usable not in (mechanism, None) and raised_by_backend(exc, type(mechanism)):
                 # A signal handler made the Context rebuild its OS object (closing the one
                 # this poll waits on, whose retry then fails): the caller's loop waits on
                 # the new one for the time that is left, as PEP 475 would.
                 return []
-            self._poll_failed(exc)
+            self._poll_failed(exc)  # a handler's own exception leaves as it is
         if self._usable is not mechanism:
             # A signal handler closed the Context, or made it replace its OS object, while
             # the poll waited (poll and select retry with what they were given): closed,
