@@ -181,6 +181,29 @@ def test_a_one_shot_cut_by_max_events_before_a_rebuild_fires_once(
     assert [w for w in ctx.wait(0) if w is once] == [once]
 
 
+def test_a_one_shot_cut_by_max_events_outlives_two_rebuilds(
+    ctx: Any, pairs: Any, keepers: list[int]
+) -> None:
+    """Found by the ten-minute EPOLL soak (seed 20261201, step 952): a one-shot fired by the
+    kernel and kept by a ``max_events`` cut is left out of the fresh object of a rebuild; at
+    a second rebuild the check that each armed watcher's file is the one the old object
+    held did not find it there, and retired a live watcher that was ready."""
+    first, first_peer = pairs()
+    ctx.add(first, Event.READ, data="first")
+    first_peer.send(b"x")  # ready first, and first in every backend's order
+    reader, writer = pairs()
+    once = ctx.add(reader, Event.READ | Event.ONESHOT, data="once")
+    writer.send(b"x")
+    assert [w.data for w in ctx.wait(0, max_events=1)] == ["first"]  # "once" is left out
+    force_a_rebuild(ctx, pairs, keepers)
+    force_a_rebuild(ctx, pairs, keepers)
+    assert once.is_active()
+    assert [w for w in ctx.wait(0) if w is once] == [once]  # its turn, from the kept bits
+    assert [w for w in ctx.wait(0) if w is once] == []  # and only once
+    once.modify_events(Event.READ | Event.ONESHOT)  # re-armed: the byte is reported again
+    assert [w for w in ctx.wait(0) if w is once] == [once]
+
+
 def test_a_rebuild_does_not_watch_the_file_that_took_a_closed_int_fds_number(
     ctx: Any, pairs: Any, keepers: list[int]
 ) -> None:

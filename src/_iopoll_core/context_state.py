@@ -300,14 +300,20 @@ class ContextState(_Uncopyable):
         edges: list[Watcher] = []
         others: list[Watcher] = []
         for fd, watcher in list(self._watchers.items()):
+            # The old object fired it (its report was cut by max_events and is kept):
+            # registered afresh it would fire a second time, so it is left out, and
+            # modify() registers it again.  Nor can `held` vouch for it: an object made
+            # by an earlier rebuild never held it.
+            fired = watcher._oneshot and self._leftovers.get(fd) and old.disarms_reported_oneshots
             if not watcher._stream_open() or (
-                held is not None and watcher._armed and not _still_its_file(watcher, held)
+                held is not None
+                and watcher._armed
+                and not fired
+                and not _still_its_file(watcher, held)
             ):
                 self._mark_lost(watcher)
                 self._forget(fd)
-            elif watcher._oneshot and self._leftovers.get(fd) and old.disarms_reported_oneshots:
-                # The old object fired it (its report was cut by max_events and is kept):
-                # registered afresh it would fire a second time.  modify() re-registers it.
+            elif fired:
                 continue
             elif watcher._armed:
                 plain_edge = watcher._events & Event.EDGE_TRIGGERED and not watcher._oneshot
