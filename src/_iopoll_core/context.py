@@ -332,8 +332,10 @@ class Context(GeneralWait):
             try:
                 if wait_for >= 0:
                     raw = poll(wait_for, len(watchers))
-                else:
-                    raw = self._poll_forever(poll, len(watchers))
+                else:  # _poll_forever(), inlined (a method call per wait, in pure Python)
+                    raw = poll(0.0, len(watchers)) or (
+                        poll(FOREVER, len(watchers)) if self._can_be_woken() else []
+                    )
             except OSError as exc:
                 usable = self._usable
                 # A signal handler made the Context rebuild its OS object, closing the one
