@@ -348,8 +348,10 @@ class Context(GeneralWait):
                 ):
                     return self._finish_wait([], seconds, started)
                 self._poll_failed(exc)  # a handler's own exception leaves as it is
-            if not raw and wait_for is not seconds:
-                return self._finish_wait(raw, seconds, started)  # the deadline cut it short
+            if not raw and (wait_for is not seconds or self._usable is None):
+                # The deadline cut it short; or a signal handler closed the Context while
+                # the poll waited (select() then answers nothing): _finish_wait says so.
+                return self._finish_wait(raw, seconds, started)
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which
             # is missing from the decode table) leave this loop for _collect; what it did
             # so far is only setting _triggered, which _collect sets again.

@@ -303,7 +303,8 @@ class ContextState(_Uncopyable):
             # The old object fired it (its report was cut by max_events and is kept):
             # registered afresh it would fire a second time, so it is left out, and
             # modify() registers it again.  Nor can `held` vouch for it: an object made
-            # by an earlier rebuild never held it.
+            # by an earlier rebuild never held it.  (Its fd closed behind its back, its
+            # kept bits still come out once: SPEC 6.9's "at most once".)
             fired = watcher._oneshot and self._leftovers.get(fd) and old.disarms_reported_oneshots
             if not watcher._stream_open() or (
                 held is not None

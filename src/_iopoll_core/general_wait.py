@@ -114,10 +114,12 @@ class GeneralWait(ContextState):
             if due:
                 if len(due) < limit:
                     if self._watchers:
+                        taken = timers.taken
                         try:
                             due += self._poll_watchers(mechanism, 0.0, limit - len(due))
                         except BaseException:  # a stream's pending(), a probe, a handler
-                            timers.give_back(due)
+                            timers.give_back(due, taken)
+                            self._refresh_fast_path()  # the first deadline moved back
                             raise
                 elif self._watchers and timers.seconds_to_next() != 0.0:  # none left out
                     self._fds_first = True
@@ -192,7 +194,8 @@ class GeneralWait(ContextState):
 
         What is ready now is asked first, without blocking; only when nothing is does the
         Context check that a watcher can still wake it (``_can_be_woken``) before the OS
-        wait that blocks.  An event loop mostly finds something ready, and then pays nothing.
+        wait that blocks.  An event loop mostly finds something ready: that first call is
+        then the whole wait.
         """
         return poll(0.0, batch) or (poll(FOREVER, batch) if self._can_be_woken() else [])
 

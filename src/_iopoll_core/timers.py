@@ -30,12 +30,15 @@ __all__ = ["TimerQueue"]
 class TimerQueue:
     """The armed timers of one Context, by deadline (nanoseconds of ``time.monotonic_ns``)."""
 
-    __slots__ = ("_heap", "_armed", "_count", "_taken", "watchers")
+    __slots__ = ("_heap", "_armed", "_count", "taken", "watchers")
 
     _heap: list[tuple[int, int, Watcher]]  # (deadline, entry number, watcher)
     _armed: dict[Watcher, tuple[int, int]]  # armed watcher -> its live (deadline, number)
     _count: int  # entry numbers: unique, so the heap never compares two watchers
-    _taken: list[int]  # the deadlines of what the last take_due() returned, for give_back()
+    # What the last take_due() did to each timer it returned, for give_back(): its deadline,
+    # and the entry it left armed (a periodic timer's next one) or None.  A new list each
+    # call: hold it, and a take_due() nested in a handler does not change it.
+    taken: list[tuple[int, tuple[int, int] | None]]
     # Every active timer watcher, armed or not, by handle (a handle is added once here).
     watchers: dict[TimerHandle, Watcher]
 
@@ -43,7 +46,7 @@ class TimerQueue:
         self._heap = []
         self._armed = {}
         self._count = 0
-        self._taken = []
+        self.taken = []
         self.watchers = {}
 
     def __len__(self) -> int:
@@ -88,7 +91,7 @@ class TimerQueue:
         heap, armed = self._heap, self._armed
         now = time.monotonic_ns()
         due: list[Watcher] = []
-        taken = self._taken = []
+        taken = self.taken = []
         while heap and len(due) < limit:
             deadline, number, watcher = heap[0]
             if deadline > now:
@@ -98,7 +101,6 @@ class TimerQueue:
                 continue  # a dead entry
             watcher._triggered = Event.TIMER
             due.append(watcher)
-            taken.append(deadline)
             handle: TimerHandle = watcher._handle  # type: ignore[assignment]
             if handle._periodic and not watcher._oneshot:
                 period = handle._timeout_ns
@@ -106,17 +108,23 @@ class TimerQueue:
                 if following <= now:  # far behind: skip to the first deadline still ahead
                     following += period * ((now - following) // period + 1)
                 self._push(watcher, following)
+                taken.append((deadline, armed[watcher]))
             else:
                 del armed[watcher]
                 watcher._armed = False
+                taken.append((deadline, None))
         return due
 
-    def give_back(self, due: list[Watcher]) -> None:
-        """Arm again, due as they were, the timers the last ``take_due()`` returned: the
-        wait that took them raised before it could report them (SPEC 4: no ready watcher
-        is missed).  One removed since stays removed."""
-        for watcher, deadline in zip(due, self._taken, strict=True):
-            if watcher.is_active():
+    def give_back(
+        self, due: list[Watcher], taken: list[tuple[int, tuple[int, int] | None]]
+    ) -> None:
+        """Arm again, due as they were, the timers ``take_due()`` returned as ``due`` (and
+        recorded as ``taken``): the wait that took them raised before it could report
+        them (SPEC 4: no ready watcher is missed).  One removed or re-armed since (by a
+        signal handler, say) is left as it is now."""
+        armed = self._armed
+        for watcher, (deadline, left) in zip(due, taken, strict=True):
+            if watcher.is_active() and armed.get(watcher) == left:
                 self._push(watcher, deadline)
                 watcher._armed = True
 

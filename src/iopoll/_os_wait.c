@@ -432,8 +432,9 @@ epoll_call(void *call, int timeout)
  * handler can make the Context rebuild it (an add() of a stream whose number a stale entry
  * holds): the old object is closed, and the rest of the wait is the Python path's, on the
  * new one, as its own retry would be.  A handler that closed the Context gets what an
- * epoll_wait() on a closed epoll gets (EBADF, through _poll_failed), as the Python path
- * does; its fd number may be another file's by then, so it is not waited on again. */
+ * epoll_wait() on a closed epoll gets (EBADF, which _poll_failed turns into the
+ * PollError("Context is closed") of SPEC 4), as the Python path does; its fd number may
+ * be another file's by then, so it is not waited on again. */
 static int
 epoll_recheck(void *call)
 {

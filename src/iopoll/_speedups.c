@@ -346,8 +346,19 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
         goto finally;
     }
     int handled = 0;
+    /* No reports: the deadline cut the wait short, or a signal handler closed the Context
+     * while the poll waited (select() then answers nothing); _finish_wait goes on, or says
+     * the Context is closed. */
+    int unfinished = 0;
+    if (PyList_CheckExact(raw) && PyList_GET_SIZE(raw) == 0) {
+        PyObject *usable = peek(self, slots.usable);
+        if (usable == NULL) {
+            goto finally;
+        }
+        unfinished = cut || usable == Py_None;
+    }
     if (PyList_CheckExact(raw) && PyDict_CheckExact(decode) && PyTuple_CheckExact(low)
-        && !(cut && PyList_GET_SIZE(raw) == 0)) {
+        && !unfinished) {
         ready = PyList_New(0);
         if (ready == NULL) {
             goto finally;
