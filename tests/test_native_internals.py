@@ -229,59 +229,38 @@ def test_pep_475_a_handlers_oserror_leaves_wait_unchanged(
 
 @pytest.mark.parametrize("make_context", ALL_CONTEXTS)
 @pytest.mark.parametrize("max_events", [None, 8])
-def test_a_handler_that_unwatches_an_fd_during_the_wait_leaves_it_unreported(
-    make_context: object, max_events: int | None
+@pytest.mark.parametrize("change", ["remove", "close"])
+def test_a_handler_that_changes_the_context_during_the_wait(
+    make_context: object, max_events: int | None, change: str, pairs: Any
 ) -> None:
-    """A signal handler removes a watcher while wait() blocks, then its fd and another
-    watched one get data: the wait reports the other, as epoll does.  select() retries
-    with the fd lists it was given, and SELECT and the polyfill raised KeyError."""
-    a, b = socket.socketpair()
-    c, d = socket.socketpair()
-    try:
-        with make_context() as ctx:  # type: ignore[operator]
-            removed = ctx.add(b, Event.READ, "removed")
-            kept = ctx.add(d, Event.READ, "kept")
+    """A signal handler removes a watcher (or closes the Context) while wait() blocks, then
+    that fd and another watched one get data.  The wait reports the other, as epoll does
+    (or raises the PollError of a closed Context's wait, SPEC 4).  select() retries with
+    the fd lists it was given: SELECT and the polyfill raised KeyError, POLL with
+    max_events an AssertionError from a rebuild of the closed Context, and SELECT returned
+    [] for a closed one."""
+    a, b = pairs()
+    c, d = pairs()
+    with make_context() as ctx:  # type: ignore[operator]
+        removed = ctx.add(b, Event.READ, "removed")
+        kept = ctx.add(d, Event.READ, "kept")
 
-            def unwatch(signum: int, frame: object) -> None:
+        def handler(signum: int, frame: object) -> None:
+            if change == "remove":
                 removed.remove()
-                a.send(b"x")
-                c.send(b"y")
-
-            with alarm(unwatch, 0.1):
-                assert ctx.wait(2, 0, max_events) == [kept]
-            assert not removed.is_active() and kept.is_active()
-    finally:
-        for sock in (a, b, c, d):
-            sock.close()
-
-
-@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
-@pytest.mark.parametrize("max_events", [None, 8])
-def test_a_handler_that_closes_the_context_during_the_wait_ends_it_cleanly(
-    make_context: object, max_events: int | None
-) -> None:
-    """A signal handler closes the Context while wait() blocks, then a watched fd gets
-    data.  The wait raises PollError (SPEC 4: a closed Context's wait), never the KeyError
-    (SELECT, the polyfill) or AssertionError (POLL with max_events) it gave, from the
-    bookkeeping of a closed Context, nor the [] of select() asked about nothing."""
-    a, b = socket.socketpair()
-    try:
-        ctx = make_context()  # type: ignore[operator]
-        ctx.add(b, Event.READ, "b")
-
-        def close(signum: int, frame: object) -> None:
-            ctx.close()
+            else:
+                ctx.close()
             a.send(b"x")
+            c.send(b"y")
 
-        with alarm(close, 0.1):
-            try:
-                outcome = repr(ctx.wait(2, 0, max_events))
-            except iopoll.PollError as exc:
-                outcome = f"{type(exc).__name__}: {exc}"
-        assert outcome == "PollError: Context is closed"
-    finally:
-        a.close()
-        b.close()
+        with alarm(handler, 0.1):
+            if change == "remove":
+                assert ctx.wait(2, 0, max_events) == [kept]
+            else:
+                with pytest.raises(iopoll.PollError, match=r"^Context is closed$") as caught:
+                    ctx.wait(2, 0, max_events)
+                assert type(caught.value) is iopoll.PollError
+        assert not removed.is_active() and kept.is_active() is (change == "remove")
 
 
 class _PendingFailsOnce:
@@ -302,26 +281,30 @@ class _PendingFailsOnce:
         return 0
 
 
+def _a_stream_and_a_due_timer(ctx: Any, stream: object, timeout: float = 0.01) -> Any:
+    """Watch ``stream`` for READ and a timer of ``timeout`` s, then let the timer fall due."""
+    ctx.add(stream, Event.READ, "stream")
+    timer = ctx.add(iopoll.TimerHandle(timeout), Event.TIMER, "timer")
+    time.sleep(timeout + 0.04)
+    return timer
+
+
 @pytest.mark.parametrize("make_context", ALL_CONTEXTS)
-def test_due_timers_outlive_a_wait_that_raised_after_taking_them(make_context: object) -> None:
+def test_due_timers_outlive_a_wait_that_raised_after_taking_them(
+    make_context: object, pairs: Any
+) -> None:
     """A wait takes the due timers first (SPEC 10), then asks the streams; when that step
     raises (here a stream's pending(); a signal handler's exception alike), the timers are
     due again for the next wait: no ready watcher is missed (SPEC 4).  They were lost."""
-    a, b = socket.socketpair()
+    _, b = pairs()
     stream = _PendingFailsOnce(b)
-    try:
-        with make_context() as ctx:  # type: ignore[operator]
-            ctx.add(stream, Event.READ, "stream")
-            timer = ctx.add(iopoll.TimerHandle(0.01), Event.TIMER, "timer")
-            time.sleep(0.05)
-            stream.fail = True
-            with pytest.raises(RuntimeError, match="failed once"):
-                ctx.wait(0)
-            assert ctx.wait(0) == [timer]
-            assert ctx.wait(0) == []
-    finally:
-        a.close()
-        b.close()
+    with make_context() as ctx:  # type: ignore[operator]
+        timer = _a_stream_and_a_due_timer(ctx, stream)
+        stream.fail = True
+        with pytest.raises(RuntimeError, match="failed once"):
+            ctx.wait(0)
+        assert ctx.wait(0) == [timer]
+        assert ctx.wait(0) == []
 
 
 class _Interrupting:
@@ -355,60 +338,52 @@ class _Buffered:
 
 @pytest.mark.parametrize("make_context", ALL_CONTEXTS)
 @pytest.mark.parametrize("meanwhile", ["nothing", "a-retired-buffered-stream", "a-nested-wait"])
-def test_a_timer_given_back_is_due_to_the_next_wait(make_context: object, meanwhile: str) -> None:
+def test_a_timer_given_back_is_due_to_the_next_wait(
+    make_context: object, meanwhile: str, pairs: Any
+) -> None:
     """The wait that took a due timer is interrupted in a probe: the next wait reports
     the timer at once.  Also when the interrupted wait had turned the fast path back on
     (retiring a closed buffered stream) before it raised, which left the fast path blind
     to the timer given back, and when a wait nested in the handler took timers of its
     own, which made the give-back raise ValueError over the handler's exception."""
-    a, b = socket.socketpair()
-    c, d = socket.socketpair()
+    a, b = pairs()
+    c, _ = pairs()
     stream = _Interrupting(a)
-    try:
-        with make_context() as ctx:  # type: ignore[operator]
-            ctx.add(stream, Event.READ, "stream")
-            timer = ctx.add(iopoll.TimerHandle(0.01), Event.TIMER, "timer")
-            ctx.add(iopoll.TimerHandle(60), Event.TIMER, "later")
-            if meanwhile == "a-retired-buffered-stream":
-                ctx.add(_Buffered(c), Event.READ, "buffered")
-                c.close()
-            time.sleep(0.05)
-            b.send(b"x")
-            if meanwhile == "a-nested-wait":
-                stream.then = lambda: ctx.wait(0, max_events=8)
-            else:
-                stream.then = lambda: None
-            with pytest.raises(KeyboardInterrupt):
-                ctx.wait(0)
-            a.recv(1)
-            started = time.monotonic()
-            assert ctx.wait(1) == [timer]
-            assert time.monotonic() - started < 0.5
-    finally:
-        for sock in (a, b, c, d):
-            sock.close()
+    with make_context() as ctx:  # type: ignore[operator]
+        ctx.add(iopoll.TimerHandle(60), Event.TIMER, "later")
+        if meanwhile == "a-retired-buffered-stream":
+            ctx.add(_Buffered(c), Event.READ, "buffered")
+            c.close()
+        timer = _a_stream_and_a_due_timer(ctx, stream)
+        b.send(b"x")
+        if meanwhile == "a-nested-wait":
+            stream.then = lambda: ctx.wait(0, max_events=8)
+        else:
+            stream.then = lambda: None
+        with pytest.raises(KeyboardInterrupt):
+            ctx.wait(0)
+        a.recv(1)
+        started = time.monotonic()
+        assert ctx.wait(1) == [timer]
+        assert time.monotonic() - started < 0.5
 
 
 @pytest.mark.parametrize("make_context", ALL_CONTEXTS)
-def test_a_timer_a_handler_rearms_is_not_given_back_over_it(make_context: object) -> None:
+def test_a_timer_a_handler_rearms_is_not_given_back_over_it(
+    make_context: object, pairs: Any
+) -> None:
     """A handler re-arms the due timer the interrupted wait took (from now: SPEC 10) and
     raises: the timer keeps the handler's deadline, not the old one given back."""
-    a, b = socket.socketpair()
+    a, b = pairs()
     stream = _Interrupting(a)
-    try:
-        with make_context() as ctx:  # type: ignore[operator]
-            ctx.add(stream, Event.READ, "stream")
-            timer = ctx.add(iopoll.TimerHandle(2), Event.TIMER, "timer")
-            time.sleep(2.05)
-            b.send(b"x")
-            stream.then = lambda: timer.modify_events(Event.TIMER)
-            with pytest.raises(KeyboardInterrupt):
-                ctx.wait(0)
-            a.recv(1)
-            assert ctx.wait(0, 0, 8) == []  # due 2 s after the handler's modify()
-    finally:
-        a.close()
-        b.close()
+    with make_context() as ctx:  # type: ignore[operator]
+        timer = _a_stream_and_a_due_timer(ctx, stream, 2)
+        b.send(b"x")
+        stream.then = lambda: timer.modify_events(Event.TIMER)
+        with pytest.raises(KeyboardInterrupt):
+            ctx.wait(0)
+        a.recv(1)
+        assert ctx.wait(0, 0, 8) == []  # due 2 s after the handler's modify()
 
 
 def test_select_tells_its_own_ebadf_from_a_handlers() -> None:
