@@ -202,7 +202,10 @@ class GeneralWait(ContextState):
     def _poll_failed(self, exc: OSError) -> NoReturn:
         """Raise what ``wait()`` raises for ``exc``, which the mechanism's poll raised."""
         mechanism = self._mechanism
-        if not raised_by_backend(exc, None if mechanism is None else type(mechanism)):
+        # Closed meanwhile (by a signal handler), the Context has no mechanism: its class
+        # is the backend's.
+        kind = type(mechanism) if mechanism is not None else self._backend._mechanism_class()
+        if not raised_by_backend(exc, kind):
             raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
         if self._closed:
             # A signal handler closed the Context while the poll waited, and the retry on

@@ -446,6 +446,8 @@ class WsaPollMechanism(Mechanism):
             if number != platform.interrupted:
                 raise OSError(number, platform.describe(number))
             _check_signals()  # a handler's exception leaves from here (PEP 475)
+            if self._array is None:  # a handler closed the Context: as a closed epoll's
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
             if milliseconds > 0:
                 left = deadline - time.monotonic()
                 milliseconds = max(math.ceil(left * 1000.0), 0)
