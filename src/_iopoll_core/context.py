@@ -333,7 +333,7 @@ class Context(GeneralWait):
                 if wait_for >= 0:
                     raw = poll(wait_for, len(watchers))
                 else:  # _poll_forever(), inlined (a method call per wait, in pure Python)
-                    raw = poll(0.0, len(watchers)) or (
+                    raw = poll(0, len(watchers)) or (
                         poll(FOREVER, len(watchers)) if self._can_be_woken() else []
                     )
             except OSError as exc:
