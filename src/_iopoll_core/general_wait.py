@@ -173,16 +173,14 @@ class GeneralWait(ContextState):
             else:
                 raw = mechanism.poll(min(seconds, mechanism.max_timeout), batch)
         except OSError as exc:
-            if self._usable not in (mechanism, None) and raised_by_backend(exc, type(mechanism)):
-                # A signal handler made the Context rebuild its OS object (closing the one
-                # this poll waits on, whose retry then fails): the caller's loop waits on
-                # the new one for the time that is left, as PEP 475 would.
-                return []
-            self._poll_failed(exc)  # a handler's own exception leaves as it is
+            if self._usable is mechanism or not raised_by_backend(exc, type(mechanism)):
+                self._poll_failed(exc)  # a handler's own exception leaves as it is
+            raw = []  # the retry on an object a handler closed failed: as below
         if self._usable is not mechanism:
             # A signal handler closed the Context, or made it replace its OS object, while
-            # the poll waited (poll and select retry with what they were given): closed,
-            # that is what the wait says; else the caller's loop polls the new object.
+            # the poll waited (poll and select retry with what they were given, or fail on
+            # it closed): closed, that is what the wait says; else the caller's loop waits
+            # on the new object for the time that is left, as PEP 475 would.
             self._usable_mechanism(FailedPollWaitError)
             return []
         return raw
