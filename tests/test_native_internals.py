@@ -263,9 +263,9 @@ def test_a_handler_that_changes_the_context_during_the_wait(
         assert not removed.is_active() and kept.is_active() is (change == "remove")
 
 
-class _PendingFailsOnce:
-    """A stream with buffered bytes (``pending()``), as an ``ssl.SSLSocket``, whose
-    ``pending()`` raises once when ``fail`` is set."""
+class _Buffered:
+    """A stream with ``pending()``, as an ``ssl.SSLSocket`` has, that never holds bytes;
+    its ``pending()`` raises once when ``fail`` is set."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -297,7 +297,7 @@ def test_due_timers_outlive_a_wait_that_raised_after_taking_them(
     raises (here a stream's pending(); a signal handler's exception alike), the timers are
     due again for the next wait: no ready watcher is missed (SPEC 4).  They were lost."""
     _, b = pairs()
-    stream = _PendingFailsOnce(b)
+    stream = _Buffered(b)
     with make_context() as ctx:  # type: ignore[operator]
         timer = _a_stream_and_a_due_timer(ctx, stream)
         stream.fail = True
@@ -321,19 +321,6 @@ class _Interrupting:
             then()
             raise KeyboardInterrupt
         return self.sock.fileno()
-
-
-class _Buffered:
-    """A stream with ``pending()`` (as an SSLSocket has) that never holds bytes."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def pending(self) -> int:
-        return 0
 
 
 @pytest.mark.parametrize("make_context", ALL_CONTEXTS)
