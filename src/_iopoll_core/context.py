@@ -125,6 +125,7 @@ class Context(GeneralWait):
         self._leftovers = {}
         self._timers = TimerQueue()
         self._fds_first = False
+        self._timers_took_all = False
         self._releases = {}
         self._lost = []
         self._removed = []

@@ -91,6 +91,7 @@ class ContextState(_Uncopyable):
         "_leftovers",
         "_timers",
         "_fds_first",
+        "_timers_took_all",
         "_releases",
         "_lost",
         "_removed",
@@ -137,10 +138,14 @@ class ContextState(_Uncopyable):
     _stale_fds: set[int]  # fds the OS may still hold registrations for
     _leftovers: dict[int, int]  # fd -> raw bits cut by max_events (0: ask the OS again)
     _timers: TimerQueue  # the timer watchers, and the deadlines of the armed ones
-    # Due timers took every max_events slot at the last wait, and none was left out: the
-    # next poll of the general path asks the OS first (GeneralWait._poll_once).  A fast
-    # path wait does not clear it, so a general wait after one may put fds first once.
+    # Due timers took every max_events slot at the last wait, and none was left out, or
+    # they took every slot at the two last waits: the next poll of the general path asks
+    # the OS first (GeneralWait._poll_once).  A fast path wait does not clear it, so a
+    # general wait after one may put fds first once.
     _fds_first: bool
+    # Due timers took every slot at the last wait and left some out, which come first at
+    # the next: if they take every slot again, fds go first after it.
+    _timers_took_all: bool
     # fd -> what gives back the process-wide state a watcher holds (a SignalHandle's block);
     # a weakref.finalize, so that it also runs when the context is collected.
     _releases: dict[int, weakref.finalize[..., object]]

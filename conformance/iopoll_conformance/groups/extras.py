@@ -366,6 +366,34 @@ class StrictExtraRules:
                 seen[watcher.data] += 1
         assert seen["socket"] >= 4 and seen["tick"] >= 4, seen
 
+    @pytest.mark.parametrize(("timer_count", "limit"), [(2, 1), (3, 2)])
+    def test_more_timers_due_at_every_wait_than_slots_leave_a_turn_to_ready_fds(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any], timer_count: int, limit: int
+    ) -> None:
+        """SPEC 4 against SPEC 10, when timers are left out at every wait: more periodic
+        timers due at each wait than max_events has slots still leave the ready socket a
+        turn, while each left-out timer comes out at the next wait (php-src's
+        poll_timer_handle_with_stream.phpt).
+
+        SPEC 10 puts due timers first and keeps a left-out one due; read literally, the
+        socket is never polled.  This project gives fds the wait after two waits of timers
+        alone: at least one wait in three.
+        """
+        timer_handle = require(api, "TimerHandle")
+        a, b = pair
+        ctx.add(b, api.Event.READ, "socket")
+        for i in range(timer_count):
+            ctx.add(timer_handle(0.001, periodic=True), api.Event.TIMER, f"t{i}")
+        a.send(b"x")
+        results = []
+        for _ in range(12):
+            time.sleep(0.003)  # longer than the period: every timer is due at every wait
+            results.append([watcher.data for watcher in ctx.wait(0, 0, limit)])
+        assert all(len(result) == limit for result in results), results
+        assert sum("socket" in result for result in results) >= 4, results
+        timers_seen = {data for result in results for data in result if data != "socket"}
+        assert timers_seen == {f"t{i}" for i in range(timer_count)}, results
+
     def test_poll_timer_handle_basic_is_handle(self, api: ModuleType) -> None:
         """B.76, B.82, php-src poll_timer_handle_basic.phpt, poll_notify_handle_basic.phpt:
         timer, notify, signal and process handles are Handles.
