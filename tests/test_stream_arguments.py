@@ -35,15 +35,26 @@ class Proxy:
         return getattr(self._wrapped, name)
 
 
+class FilenoIsAnInt:
+    """A class whose ``fileno`` is a number, not a method: calling it would be a TypeError
+    that names no argument."""
+
+    fileno = 3
+
+
 @pytest.mark.parametrize("api", APIS, ids=lambda api: api.__name__)
-def test_a_fileno_of_none_is_refused_and_nothing_is_added(api: ModuleType) -> None:
+@pytest.mark.parametrize("kind", [FilenoIsNone, FilenoIsAnInt], ids=lambda kind: kind.__name__)
+def test_a_fileno_that_cannot_be_called_is_refused_and_nothing_is_added(
+    api: ModuleType, kind: type
+) -> None:
+    name = kind.__name__
     ctx = api.Context()
-    with pytest.raises(TypeError, match=r"^handle must be .*not FilenoIsNone$"):
-        ctx.add(FilenoIsNone(), api.Event.READ)
-    with pytest.raises(TypeError, match=r"^stream must be .*not FilenoIsNone$"):
-        api.StreamPollHandle(FilenoIsNone())
-    with pytest.raises(TypeError, match=r"^stream must be .*not FilenoIsNone$"):
-        api.StreamPollWeakHandle.create(FilenoIsNone())
+    with pytest.raises(TypeError, match=rf"^handle must be .*not {name}$"):
+        ctx.add(kind(), api.Event.READ)
+    with pytest.raises(TypeError, match=rf"^stream must be .*not {name}$"):
+        api.StreamPollHandle(kind())
+    with pytest.raises(TypeError, match=rf"^stream must be .*not {name}$"):
+        api.StreamPollWeakHandle.create(kind())
     assert len(ctx) == 0
 
 
@@ -58,3 +69,19 @@ def test_a_proxy_whose_fileno_comes_from_getattr_is_watched(api: ModuleType) -> 
         right.send(b"x")
         ready = ctx.wait(1)
         assert [(w.data, w.triggered_events) for w in ready] == [("proxied", api.Event.READ)]
+
+
+@pytest.mark.parametrize("kind", [FilenoIsNone, FilenoIsAnInt], ids=lambda kind: kind.__name__)
+def test_the_loop_refuses_a_fileno_that_cannot_be_called_by_name(kind: type) -> None:
+    from iopoll.loop import IoPollDriver, SelectorsDriver
+    from iopoll.loop._iopoll_driver import PyIoPollDriver
+
+    for make in (IoPollDriver, PyIoPollDriver, SelectorsDriver):
+        driver = make()
+        try:
+            for watch in (driver.on_readable, driver.on_writable):
+                with pytest.raises(TypeError, match=rf"^stream must .*not {kind.__name__}$"):
+                    watch(kind(), lambda callback_id, stream: None)
+            assert driver.get_identifiers() == []
+        finally:
+            driver.close()  # type: ignore[attr-defined]

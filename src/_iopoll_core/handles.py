@@ -35,16 +35,17 @@ class HasFileno(Protocol):
 
 
 def has_fileno(stream: object) -> TypeGuard[HasFileno]:
-    """``isinstance(stream, HasFileno)``, answered by one ``getattr``.
+    """Whether ``stream`` has a ``fileno`` to call, answered by one ``getattr``.
 
-    For a protocol whose members are all methods, that ``isinstance()`` asks whether the
-    attribute is there and not ``None``; on CPython 3.10 and 3.11 it walks the protocol's
-    members and the class's MRO to find out, about 10 us, which every ``add()`` of a socket
-    paid twice.  One difference: 3.12's ``isinstance()`` looks the attribute up statically,
-    so it refuses an object that gets ``fileno`` from ``__getattr__`` (a proxy); this takes
-    it, as 3.10 and 3.11 do.
+    For a protocol whose members are all methods, ``isinstance(stream, HasFileno)`` asks
+    whether the attribute is there and not ``None``; on CPython 3.10 and 3.11 it walks the
+    protocol's members and the class's MRO to find out, about 10 us, which every ``add()``
+    of a socket paid twice.  Two differences: 3.12's ``isinstance()`` looks the attribute up
+    statically, so it refuses an object that gets ``fileno`` from ``__getattr__`` (a proxy);
+    this takes it, as 3.10 and 3.11 do.  And a ``fileno`` that is not callable (a number)
+    is refused here, where the call would fail later with a message naming no argument.
     """
-    return getattr(stream, "fileno", None) is not None
+    return callable(getattr(stream, "fileno", None))
 
 
 class _Uncopyable:

@@ -195,6 +195,8 @@ class Context(_EngineContext):
     ) -> list[Watcher]:
         """``wait()`` without the fused pass: the engine's, once the timeout's type is
         checked (tests/test_speedups_differential.py runs the two side by side)."""
+        if self._usable is None:  # closed, or inherited over fork: said before the timeout
+            self._raise_unusable(FailedPollWaitError)
         if (
             timeout is not None
             and type(timeout) is not int

@@ -125,7 +125,7 @@ def stream_fd(stream: object) -> int:
     """The fd of ``stream`` (an object with ``fileno()`` or an int fd); refuses closed streams."""
     if type(stream) is int:
         fd = stream
-    elif isinstance(stream, bool) or not hasattr(stream, "fileno"):
+    elif isinstance(stream, bool) or not callable(getattr(stream, "fileno", None)):
         raise TypeError(
             f"stream must have a fileno() method or be an int fd, not {type(stream).__name__}"
         )
