@@ -230,3 +230,37 @@ def test_close_ends_the_loop_a_resumed_main_suspension_left_waiting(cls: type[An
     gone, loop_gone = make()
     gc.collect()
     assert gone() is None and loop_gone() is None
+
+
+class Held:
+    """What a callback's closure holds: freed once nothing keeps the callback."""
+
+
+@DRIVERS
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        lambda d, fn: d.delay(float("inf"), fn),
+        lambda d, fn: d.delay(3600, fn),
+        lambda d, fn: d.repeat(3600, fn),
+        lambda d, fn: d.defer(fn),
+        lambda d, fn: d.disable(d.defer(fn)),
+    ],
+    ids=["delay-inf", "delay", "repeat", "defer", "disabled-defer"],
+)
+def test_cancel_lets_go_of_the_callback_at_once(
+    cls: type[Any], schedule: Callable[[Any, Callable[..., None]], str]
+) -> None:
+    # A timer's heap or FIFO entry outlives its cancel() until a sweep, and a defer's queue
+    # entry until the next tick: the function, and what it holds, must not.
+    d = cls()
+    held = Held()
+    watch = weakref.ref(held)
+    d.defer(lambda cid: None)  # a live record besides: no sweep empties everything
+    callback_id = schedule(d, lambda cid, held=held: None)
+    del held
+    d.cancel(callback_id)
+    gc.collect()
+    assert watch() is None
+    assert callback_id not in d.get_identifiers()
+    d.close()

@@ -381,6 +381,12 @@ class CallbackRegistry(Driver):
         callback = self._callbacks.pop(callback_id, None)
         if isinstance(callback, SignalCallback) and self._signals is not None:
             self._signals.remove(callback.signum)
+        elif isinstance(callback, (TimerCallback, DeferCallback)):
+            # Its heap or FIFO entry stays until a sweep (a delay(math.inf) for good, if no
+            # sweep comes), a defer's until the next tick: let go of the function now, and of
+            # all it holds, as asyncio's TimerHandle.cancel() does.  A stream callback keeps
+            # it: a lost stream reports it by its function (_lose_stream).
+            del callback.fn
 
     def reference(self, callback_id: str) -> str:
         callback = self._get(callback_id)
