@@ -237,6 +237,31 @@ class TestSuspension:
         assert made.switch() == "its result"  # switched into again, no resume(): refused
         assert log == ["<Suspension greenlet idle>"]
 
+    def test_a_suspension_of_the_outer_driver_in_a_nested_loop_is_refused(
+        self, make: Any
+    ) -> None:
+        # A callback of E, whose run() is nested in a callback of D, suspends with D's
+        # suspension (library code using the thread's driver): its greenlet runs E's loop,
+        # which D cannot hand on.  It used to spin at full CPU for ever, each runner
+        # forwarding the other's switch.
+        outer, inner = make(), make()
+        log: list[object] = []
+
+        def nested(cid: str) -> None:
+            suspension = outer.get_suspension()
+            with pytest.raises(RuntimeError, match="another driver's loop"):
+                suspension.suspend()
+            log.append(repr(suspension))
+
+        def runs_inner(cid: str) -> None:
+            inner.defer(nested)
+            inner.run()
+            log.append("inner returned")
+
+        outer.defer(runs_inner)
+        outer.run()
+        assert log == ["<Suspension greenlet idle>", "inner returned"]
+
     def test_suspensions_one_after_another_do_not_deepen_the_stack(self, make: Any) -> None:
         # Each suspension hands the loop to a new greenlet; greenlet starts one at the depth
         # of the frame that first switches into it, so a successor started in the suspended

@@ -29,6 +29,7 @@ static struct {
     PyObject *main_suspend;    /* Suspension.suspend: the main greenlet's suspend() */
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
     PyObject *hand_over;       /* _suspension._HAND_OVER, sent to it by hand_over() */
+    PyObject *not_another_loop; /* _suspension._not_another_loop(owner, runner) */
     PyObject *superseded;      /* _suspension.Superseded */
     PyObject *no_args;         /* (): a microtask's arguments */
     PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_switch_in, *s_forward;
@@ -122,7 +123,10 @@ suspension_suspend(PyObject *self, PyObject *Py_UNUSED(ignored))
         sent = call0(runner, G.s_hand_over); /* the loop goes on in a successor */
     }
     else if (loop != NULL) {
-        PyObject *parent = PyObject_GetAttr(owner, G.s_parent);
+        PyObject *args[2] = {owner, runner};
+        PyObject *checked = PyObject_Vectorcall(G.not_another_loop, args, 2, NULL);
+        PyObject *parent = checked == NULL ? NULL : PyObject_GetAttr(owner, G.s_parent);
+        Py_XDECREF(checked);
         if (parent != NULL) {
             sent = call1(parent, G.s_switch, Py_None); /* what the starter's switch() returns */
             Py_DECREF(parent);
@@ -397,9 +401,10 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
     }
     G.hand_over = PyObject_GetAttrString(module, "_HAND_OVER");
     G.superseded = PyObject_GetAttrString(module, "Superseded");
+    G.not_another_loop = PyObject_GetAttrString(module, "_not_another_loop");
     Py_DECREF(module);
     G.no_args = PyTuple_New(0);
-    if (G.hand_over == NULL || G.superseded == NULL
+    if (G.hand_over == NULL || G.superseded == NULL || G.not_another_loop == NULL
         || G.no_args == NULL) {
         return -1;
     }

@@ -21,6 +21,7 @@ functions it needs (see ``LoopRunner``).
 from __future__ import annotations
 
 import importlib
+import threading
 import weakref
 from collections.abc import Callable
 from types import ModuleType
@@ -38,6 +39,30 @@ _DELIVER = object()
 _module: ModuleType | bool | None = False  # False: not looked for yet
 
 Microtask = tuple[Callable[..., Any], tuple[Any, ...]]
+
+# The runners whose loop runs in this thread, outermost first: more than one when a callback
+# runs another driver's loop (LoopRunner.enter).
+_entered = threading.local()
+
+
+def _entered_runners() -> list[LoopRunner]:
+    runners: list[LoopRunner] | None = getattr(_entered, "runners", None)
+    if runners is None:
+        runners = _entered.runners = []
+    return runners
+
+
+def _not_another_loop(owner: Any, runner: LoopRunner) -> None:
+    """Refuse a suspension of ``runner`` in ``owner`` when ``owner`` runs another driver's
+    loop: its callback would switch to that loop's entering greenlet, which hands the switch
+    back (``forward``), and the two would pass it to and fro for ever, at full CPU."""
+    for other in _entered_runners():
+        if other is not runner and other.loop is owner:
+            raise RuntimeError(
+                "Cannot suspend with the suspension of a driver whose loop does not run this "
+                "callback: it runs in another driver's loop (use that driver's "
+                "get_suspension())"
+            )
 
 
 def greenlet_module() -> ModuleType | None:
@@ -125,7 +150,15 @@ class Suspension:
         else:
             # A loop greenlet hands the loop over to a successor; another greenlet goes back
             # to its starter, whose switch() returns None.
-            sent = runner.hand_over() if owner is runner.loop else owner.parent.switch(None)
+            try:
+                if owner is runner.loop:
+                    sent = runner.hand_over()
+                else:
+                    _not_another_loop(owner, runner)
+                    sent = owner.parent.switch(None)
+            except BaseException:
+                self._pending = False
+                raise
             try:
                 while self._pending:
                     # Not a resume (that clears _pending first): a greenlet whose parent is
@@ -252,6 +285,8 @@ class LoopRunner:
         except ValueError:
             raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
         self.running = True
+        entered = _entered_runners()
+        entered.append(self)
         try:
             sent = loop.switch(True) if fresh else loop.switch()
             while True:
@@ -275,6 +310,7 @@ class LoopRunner:
                     sent = self.forward(sent)
         finally:
             self.running = False
+            entered.remove(self)
 
     def _loop_main(self, fresh: bool) -> None:
         try:
