@@ -119,8 +119,8 @@ def test_oneshot_is_left_to_the_context() -> None:
         # Each filter asked of the other end (libuv reads a write end to see its reader
         # go): the other side gone is poll's POLLERR on a write end, POLLHUP on a read end;
         # an error in fflags (libkqueue sets EIO there) is not a socket's error.
-        (FILTER_READ, EV_EOF, 0, 0, PIPE_WRITE_END, E),
-        (FILTER_READ, EV_EOF, 5, 0, PIPE_WRITE_END, E),
+        (FILTER_READ, EV_EOF, 0, 0, PIPE_WRITE_END, READ_EOF | E),
+        (FILTER_READ, EV_EOF, 5, 0, PIPE_WRITE_END, READ_EOF | E),
         (FILTER_WRITE, EV_EOF, 0, 0, PIPE_READ_END, H),
         (FILTER_READ, EV_EOF, 5, 1, PIPE_READ_END, READ_EOF | R | H),
         (FILTER_READ, 0, 0, 7, FILE, R),  # a regular file before its end

@@ -198,6 +198,19 @@ def test_refused_connect_keeps_its_error_for_the_application(api: ModuleType, ct
         assert reported(ctx.wait(1)) == {"connecting": E.WRITE | E.HANGUP}
 
 
+def test_a_socket_that_never_connected_is_a_hangup_not_an_error(
+    api: ModuleType, ctx: Any
+) -> None:
+    """A TCP socket that was never connected has no peer and no error (SO_ERROR 0): poll(2)
+    says POLLHUP, and so does every native backend.  The peek that finds hang-ups fails
+    there with ENOTCONN, which is not the reset its other failures are."""
+    with socket.socket() as sock:
+        ctx.add(sock, api.Event.READ, "unconnected")
+        for _ in range(2):
+            assert reported(ctx.wait(1)) == {"unconnected": api.Event.HANGUP}
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+
+
 def test_data_before_end_of_file_is_read_until_drained(
     api: ModuleType, ctx: Any, pair: tuple[socket.socket, socket.socket]
 ) -> None:

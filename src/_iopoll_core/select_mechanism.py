@@ -88,6 +88,8 @@ _WANTS_WRITE = Event.WRITE.value
 _MSG_PEEK_NOW = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 # A send that asks whether the socket may still send: no wait, and no SIGPIPE (Linux).
 _SEND_PROBE = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
+# A peek's errno on a stream socket that has no peer (Windows: Winsock's own number).
+_NOT_CONNECTED = frozenset({errno.ENOTCONN, getattr(errno, "WSAENOTCONN", errno.ENOTCONN)})
 _SO_ACCEPTCONN = getattr(socket, "SO_ACCEPTCONN", 0x0002)
 _select = select.select
 
@@ -160,7 +162,11 @@ def _peek(fd: int, kinds: dict[int, int]) -> int:
             data = sock.recv(1, _MSG_PEEK_NOW)
         except BlockingIOError:
             return _READ  # nothing after all: a spurious wake-up; level will tell again
-        except OSError:
+        except OSError as exc:
+            if exc.errno in _NOT_CONNECTED:
+                # Never connected (or shut down before it was): no peer, no error; poll(2)
+                # says POLLHUP, with SO_ERROR 0.
+                return _HANGUP
             return _ERROR | _HANGUP  # reset (SPEC 7: no READ)
         return _READ if data else _HANGUP | _READ
 

@@ -20,12 +20,17 @@ below are chosen to report what epoll and poll(2) report for the same state:
   probed once (an ``EV_ONESHOT`` write filter on a second kqueue) for a watcher that does
   not.  That is epoll's ``EPOLLHUP``: both directions shut.  An error in ``fflags`` with
   ``EV_EOF`` (a reset, a refused connect) is ``ERROR|HANGUP``.
-* **READ_HANGUP without READ.**  A level read filter fires while bytes are unread, which
-  such a watcher does not want reported: it would make every ``wait()`` return at once with
-  nothing.  Its read filter is added with ``EV_CLEAR`` instead, and once it reported end of
-  file (which never goes away) the fd is reported on every ``wait()``, as level asks.  A
-  reset's ``ERROR`` is reported once, with the end of file: the error goes away when the
-  application reads it, which this backend cannot see without consuming it.
+* **READ_HANGUP without READ, and a watcher of neither READ nor WRITE.**  A level read
+  filter fires while bytes are unread, which such a watcher does not want reported: it
+  would make every ``wait()`` return at once with nothing.  Its read filter is added with
+  ``EV_CLEAR`` instead.  A watcher that asks for neither ``READ`` nor ``WRITE`` (``ERROR``
+  or ``HANGUP`` alone, or modes alone) gets that read filter too: kqueue has no filter for
+  errors and hang-ups alone, and SPEC 6.2 reports them asked or not.  Once the filter
+  reported an end of file that the watcher is told of (which never goes away: a pipe's
+  other end gone, a socket shut both ways, or its peer's half-close for ``READ_HANGUP``),
+  the fd is reported on every ``wait()``, as level asks.  A socket's ``ERROR`` is reported
+  once, with the end of file: the error goes away when the application reads it, which
+  this backend cannot see without consuming it.
 * **Pipes, FIFOs, terminals.**  ``EV_EOF`` on the read filter means the writer is gone:
   ``HANGUP``, with ``READ`` only while bytes are left (``data > 0``), as poll(2) says.
   ``EV_EOF`` on the write filter means the reader is gone and a write fails with
@@ -117,6 +122,9 @@ _EDGE = Event.EDGE_TRIGGERED.value
 _KEPT = _READ | _WRITE | _READ_HANGUP | _EDGE
 # Internal only, never returned: the read filter said end of file.
 READ_EOF = 1 << 24
+# Internal only, in every registration's kept events: one that asks for no event bit
+# (ERROR or HANGUP alone, or modes alone) is still told apart from no registration.
+_REGISTERED = 1 << 25
 
 
 def file_kind(mode: int) -> int:
@@ -137,17 +145,25 @@ def kind_of(fd: int) -> int:
     return kind
 
 
-def _level_read_hangup_only(events: int) -> bool:
-    """Whether ``events`` is a level ``READ_HANGUP`` watcher without ``READ``: its read filter
-    is added with ``EV_CLEAR``, so the mechanism itself keeps its end of file level."""
-    return bool(events & _READ_HANGUP) and not events & (_READ | _EDGE)
+def _reads_end_of_file_only(events: int) -> bool:
+    """Whether a registration of ``events`` (not 0) has a read filter for its end of file
+    only: ``READ_HANGUP`` without ``READ``, or neither ``READ`` nor ``WRITE``, which learns
+    of a hang-up from it."""
+    return not events & _READ and bool(events & _READ_HANGUP or not events & _WRITE)
+
+
+def _keeps_end_of_file(events: int) -> bool:
+    """Whether ``events`` is a level watcher whose read filter is added with ``EV_CLEAR``
+    although it is level: the mechanism itself keeps its end of file level."""
+    return not events & _EDGE and _reads_end_of_file_only(events)
 
 
 def _filters(events: int) -> dict[int, bool]:
-    """The filters ``events`` needs, each with whether it is added with ``EV_CLEAR``."""
+    """The filters ``events`` needs (none for 0, no registration), each with whether it is
+    added with ``EV_CLEAR``."""
     wanted: dict[int, bool] = {}
-    if events & (_READ | _READ_HANGUP):
-        # READ_HANGUP alone: edge, so that unread bytes do not fire it on every wait.
+    if events & _READ or (events and _reads_end_of_file_only(events)):
+        # No READ: edge, so that unread bytes do not fire it on every wait.
         wanted[FILTER_READ] = bool(events & _EDGE or not events & _READ)
     if events & _WRITE:
         wanted[FILTER_WRITE] = bool(events & _EDGE)
@@ -184,7 +200,7 @@ def readiness(kfilter: int, flags: int, fflags: int, data: int = 0, kind: int = 
         if not flags & EV_EOF:
             return _READ
         if kind == PIPE_WRITE_END:  # the reader is gone: a write fails with EPIPE
-            return _ERROR
+            return READ_EOF | _ERROR
         if fflags and kind not in (PIPE_READ_END, PIPE_WRITE_END):
             # The socket error that ended the connection: both directions are over.
             return READ_EOF | _READ | _READ_HANGUP | _ERROR | _HANGUP
@@ -271,10 +287,10 @@ class KqueueMechanism(Mechanism):
         kevents = [self._kevent(fd, kfilter, flags) for kfilter, flags in changes]
         self._kqueue.control(kevents, 0, 0)
         if events:
-            self._registered[fd] = events & _KEPT
+            self._registered[fd] = events & _KEPT | _REGISTERED
         else:
             self._registered.pop(fd, None)
-        if fd in self._at_eof and not _level_read_hangup_only(events):
+        if fd in self._at_eof and not (events and _keeps_end_of_file(events)):
             del self._at_eof[fd]
         self._sync_native()
 
@@ -348,17 +364,24 @@ class KqueueMechanism(Mechanism):
                 reports.append((fd, report(bits, _READ | _WRITE)))
                 continue
             if bits & READ_EOF:
+                socket_kind = self._kinds.get(fd) == SOCKET
                 if (
-                    self._kinds.get(fd) == SOCKET
+                    socket_kind
                     and not bits & _HANGUP
                     and not watched & _WRITE
                     and self._writing_over(fd)
                 ):
                     bits |= _HANGUP
-                if _level_read_hangup_only(watched):
-                    # Level from now on: the end of file, which never goes away, but not a
-                    # reset's error, which the application's next read consumes.
-                    at_eof[fd] = bits & ~(_HANGUP | _ERROR)
+                if _keeps_end_of_file(watched):
+                    # Level from now on: the end of file and a hang-up, which never go away,
+                    # but not a socket's error, which the application's next read consumes
+                    # (a pipe's is its other end gone).  Kept only while it is reported: a
+                    # kept fd makes every wait ask the OS without waiting.
+                    kept = bits & ~_ERROR if socket_kind else bits
+                    if report(kept, watched):
+                        at_eof[fd] = kept
+                    else:
+                        at_eof.pop(fd, None)
             bits = report(bits, watched)
             if bits:
                 reports.append((fd, bits))

@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -195,6 +196,34 @@ class EventRules:
         assert waits(ctx, 2) == [expected, expected]
         assert b.recv(10) == b""
 
+    @pytest.mark.parametrize("asked", ["HANGUP", "ERROR", "ERROR|HANGUP"])
+    def test_spec_6_2_a_watcher_of_error_or_hangup_alone_sees_the_peer_close(
+        self, api: Any, caps: Capabilities, ctx: Any, pair: Any, asked: str
+    ) -> None:
+        """SPEC 6.2 and 6.3: a watcher that asks for HANGUP or ERROR alone (no READ, no
+        WRITE) is told of its socketpair peer's close, at every wait (level).
+
+        kqueue has no filter for a hang-up alone: a backend on it must watch something
+        that sees the end of file, and keep what it saw level itself.
+        """
+        a, b = pair
+        events = api.Event(0)
+        for name in asked.split("|"):
+            events |= api.Event[name]
+        ctx.add(b, events, "b")
+        assert short_wait(ctx) == []
+        a.send(b"bytes")  # bytes are no hang-up: nothing to report
+        assert short_wait(ctx) == []
+        assert recv_exactly(b, 5) == b"bytes"
+        if not caps.select_semantics:  # select calls a half-close a hang-up (SPEC 7)
+            a.shutdown(socket.SHUT_WR)  # half-closed: no hang-up yet, and no early return
+            started = time.monotonic()
+            assert ctx.wait(0.2) == []
+            assert time.monotonic() - started >= 0.15
+        a.close()
+        expected = {"b": api.Event.HANGUP}
+        assert waits(ctx, 3) == [expected, expected, expected]
+
     def test_spec_6_2_error_hangup_reported_unasked_on_reset(
         self, api: Any, caps: Capabilities, ctx: Any, tcp: Any
     ) -> None:
@@ -335,6 +364,32 @@ class EventRules:
         a.shutdown(socket.SHUT_WR)
         expected = {"b": api.Event.READ_HANGUP}
         assert waits(ctx, 2) == [expected, expected]
+
+    @pytest.mark.parametrize("end", ["read", "write"])
+    def test_spec_6_3_read_hangup_alone_on_a_pipe_whose_other_end_left_is_level(
+        self, api: Any, caps: Capabilities, ctx: Any, end: str
+    ) -> None:
+        """SPEC 6.2 and 6.3: a READ_HANGUP watcher (without READ) on a pipe's end whose other
+        end was closed is told so at every wait: HANGUP on the read end (the writer is
+        gone), ERROR on the write end (the reader is gone: a write fails with EPIPE), as
+        poll(2) says.  Neither goes away.  (kqueue's read filter, added edge so that bytes
+        do not fire it, reports it once: the backend must keep it level itself.)"""
+        if not caps.read_hangup:
+            pytest.skip("backend does not report READ_HANGUP")
+        if caps.sockets_only:
+            pytest.skip("backend watches sockets only (SPEC 2)")
+        read_fd, write_fd = os.pipe()
+        reader = os.fdopen(read_fd, "rb", buffering=0)
+        writer = os.fdopen(write_fd, "wb", buffering=0)
+        try:
+            watched, other = (reader, writer) if end == "read" else (writer, reader)
+            ctx.add(watched, api.Event.READ_HANGUP, end)
+            assert poll_now(ctx) == []
+            other.close()
+            expected = {end: api.Event.HANGUP if end == "read" else api.Event.ERROR}
+            assert waits(ctx, 3) == [expected] * 3
+        finally:
+            close_all(reader, writer)
 
     @pytest.mark.parametrize("also_write", [False, True], ids=["alone", "with-write"])
     def test_spec_6_2_read_hangup_after_a_reset_ends_its_error_once_read(
