@@ -237,6 +237,31 @@ class TestSuspension:
         assert made.switch() == "its result"  # switched into again, no resume(): refused
         assert log == ["<Suspension greenlet idle>"]
 
+    @pytest.mark.parametrize("resumed_first", [False, True], ids=["at-once", "after-resume"])
+    def test_a_callback_raising_greenlet_exit_leaves_run(
+        self, make: Any, resumed_first: bool
+    ) -> None:
+        # greenlet takes a GreenletExit that leaves a greenlet for a quiet end; from a
+        # callback it is a BaseException like KeyboardInterrupt, which leaves run() (as it
+        # does without greenlet).  run() used to return, with callbacks still pending.
+        d = make()
+        ran: list[str] = []
+
+        def fn(cid: str) -> None:
+            if resumed_first:
+                suspension = d.get_suspension()
+                d.defer(lambda c: suspension.resume())
+                suspension.suspend()
+            raise greenlet.GreenletExit("from a callback")
+
+        d.defer(fn)
+        d.delay(0.05, lambda cid: ran.append("later"))
+        with pytest.raises(greenlet.GreenletExit, match="from a callback"):
+            d.run()
+        assert ran == []
+        d.run()  # what was left runs on the next run()
+        assert ran == ["later"]
+
     def test_a_suspension_of_the_outer_driver_in_a_nested_loop_is_refused(
         self, make: Any
     ) -> None:

@@ -123,15 +123,16 @@ def check_seconds(value: object, name: str) -> float:
 
 def stream_fd(stream: object) -> int:
     """The fd of ``stream`` (an object with ``fileno()`` or an int fd); refuses closed streams."""
+    fileno = None if isinstance(stream, int) else getattr(stream, "fileno", None)
     if type(stream) is int:
         fd = stream
-    elif isinstance(stream, bool) or not callable(getattr(stream, "fileno", None)):
+    elif not callable(fileno):  # a bool or an int subclass, or no fileno() to call
         raise TypeError(
             f"stream must have a fileno() method or be an int fd, not {type(stream).__name__}"
         )
     else:
         try:
-            fd = stream.fileno()
+            fd = fileno()
         except (OSError, ValueError) as exc:
             raise ValueError(f"stream must be open: fileno() failed ({exc})") from exc
     if type(fd) is not int:

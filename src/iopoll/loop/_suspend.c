@@ -30,6 +30,7 @@ static struct {
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
     PyObject *hand_over;       /* _suspension._HAND_OVER, sent to it by hand_over() */
     PyObject *not_another_loop; /* _suspension._not_another_loop(owner, runner) */
+    PyObject *greenlet_exit;    /* _suspension._ended_by_greenlet_exit(owner, result) */
     PyObject *superseded;      /* _suspension.Superseded */
     PyObject *no_args;         /* (): a microtask's arguments */
     PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_switch_in, *s_forward;
@@ -266,6 +267,10 @@ suspension_switch_in(PyObject *self, PyObject *Py_UNUSED(ignored))
         if (moved == 0) {
             done = call0(owner, G.s_switch);
         }
+        if (done != NULL && done != Py_None) { /* None: it suspended again, or ended */
+            PyObject *args[2] = {owner, done};
+            Py_SETREF(done, PyObject_Vectorcall(G.greenlet_exit, args, 2, NULL));
+        }
     }
     Py_DECREF(owner);
     return discarded(done);
@@ -402,10 +407,11 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
     G.hand_over = PyObject_GetAttrString(module, "_HAND_OVER");
     G.superseded = PyObject_GetAttrString(module, "Superseded");
     G.not_another_loop = PyObject_GetAttrString(module, "_not_another_loop");
+    G.greenlet_exit = PyObject_GetAttrString(module, "_ended_by_greenlet_exit");
     Py_DECREF(module);
     G.no_args = PyTuple_New(0);
     if (G.hand_over == NULL || G.superseded == NULL || G.not_another_loop == NULL
-        || G.no_args == NULL) {
+        || G.greenlet_exit == NULL || G.no_args == NULL) {
         return -1;
     }
     struct {

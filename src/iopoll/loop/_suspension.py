@@ -52,6 +52,18 @@ def _entered_runners() -> list[LoopRunner]:
     return runners
 
 
+def _ended_by_greenlet_exit(owner: Any, result: object) -> None:
+    """Raise the ``GreenletExit`` that ended ``owner``, which sent ``result`` back.
+
+    greenlet takes a ``GreenletExit`` that leaves a greenlet for a quiet end and hands the
+    exception to its parent as the greenlet's result.  From a callback it is a
+    ``BaseException`` like any other: it leaves ``run()``, as it does without greenlet.
+    """
+    module = greenlet_module()
+    if module is not None and isinstance(result, module.GreenletExit) and owner.dead:
+        raise result
+
+
 def _not_another_loop(owner: Any, runner: LoopRunner) -> None:
     """Refuse a suspension of ``runner`` in ``owner`` when ``owner`` runs another driver's
     loop: its callback would switch to that loop's entering greenlet, which hands the switch
@@ -204,7 +216,9 @@ class Suspension:
         current = self._getcurrent()
         if owner.parent is not current:
             owner.parent = current  # come back here when it suspends or ends
-        owner.switch()
+        result = owner.switch()
+        if result is not None:  # None: it suspended again, or its callback ended
+            _ended_by_greenlet_exit(owner, result)
 
     def __repr__(self) -> str:
         state = "dead" if self._dead else "suspended" if self._pending else "idle"
@@ -305,6 +319,8 @@ class LoopRunner:
                 elif self.loop.dead:
                     # The loop ended: by itself (None), or with an exception for run().
                     interrupt, self._delivered = self._delivered, None
+                    if interrupt is None and isinstance(sent, module.GreenletExit):
+                        return sent  # a callback's, which greenlet took for a quiet end
                     return interrupt
                 else:
                     sent = self.forward(sent)
