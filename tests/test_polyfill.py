@@ -62,9 +62,16 @@ def test_no_backend_supports_anything_optional() -> None:
 
 
 def test_iopoll_backend_members_are_not_accepted() -> None:
-    """The polyfill has its own Backend enum; iopoll's members are a different type."""
-    with pytest.raises(TypeError, match="backend must be a Backend"):
+    """The polyfill has its own Backend enum; iopoll's members are a different type, and the
+    message says whose each is (both classes are named Backend)."""
+    with pytest.raises(TypeError) as caught:
         fallback.Context(iopoll.Backend.SELECT)  # type: ignore[arg-type]
+    assert str(caught.value) == "backend must be a Backend of iopoll_polyfill, not one of iopoll"
+    with pytest.raises(TypeError) as caught:
+        iopoll.Context(fallback.Backend.SELECT)  # type: ignore[arg-type]
+    assert str(caught.value) == "backend must be a Backend of iopoll, not one of iopoll_polyfill"
+    with pytest.raises(TypeError, match=r"^backend must be a Backend, not str$"):
+        fallback.Context("SELECT")  # type: ignore[arg-type]
 
 
 # -- whole seconds (SPEC 7) ------------------------------------------------------------------

@@ -83,6 +83,12 @@ def _deactivate(*tables: dict[Any, Watcher]) -> None:
             watcher._state = REMOVED if watcher._stream_open() else RETIRED
 
 
+
+def _package_of(kind: type) -> str:
+    """The package a class comes from, as its users import it (``iopoll``, not
+    ``iopoll._backend``)."""
+    return kind.__module__.partition(".")[0]
+
 class Context(GeneralWait):
     """Watches handles and reports which are ready.
 
@@ -99,10 +105,11 @@ class Context(GeneralWait):
         if getattr(self, "_self_ref", None) is not None:
             raise TypeError("Context.__init__ cannot be called twice")
         if not isinstance(backend, self._backend_type):
-            raise TypeError(
-                f"backend must be a {self._backend_type.__qualname__}, "
-                f"not {type(backend).__name__}"
-            )
+            expected, got = self._backend_type.__qualname__, type(backend).__qualname__
+            if got == expected:  # the other package's Backend: say whose each is
+                expected += f" of {_package_of(self._backend_type)}"
+                got = f"one of {_package_of(type(backend))}"
+            raise TypeError(f"backend must be a {expected}, not {got}")
         mechanism_class = backend._mechanism_class()
         if mechanism_class is None:
             raise BackendUnavailableError(f"Backend {backend.name} is not available")
