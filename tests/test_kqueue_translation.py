@@ -94,6 +94,24 @@ def test_read_hangup_alone_is_an_edge_read_filter() -> None:
     ]
 
 
+@pytest.mark.parametrize("events", [RH, H, E | H, Event.ONESHOT], ids=repr)
+def test_a_watcher_without_read_or_write_is_an_edge_read_filter(events: int) -> None:
+    # kqueue has no filter for errors and hang-ups alone: the read filter sees the end of
+    # file, edge so that bytes do not fire it, and the mechanism keeps it level.
+    assert filter_changes(0, events) == [(FILTER_READ, EV_ADD | EV_ENABLE | EV_CLEAR)]
+    assert filter_changes(events, 0) == [(FILTER_READ, EV_DELETE)]
+
+
+@pytest.mark.parametrize("events", [RH, H], ids=repr)
+def test_its_switch_to_and_from_edge_makes_the_read_filter_afresh(events: int) -> None:
+    # EV_CLEAR in both modes, but the level one keeps its end of file itself: a fresh
+    # filter looks at the fd again (libkqueue's EV_ADD on an existing one does not).
+    fresh = [(FILTER_READ, EV_DELETE), (FILTER_READ, EV_ADD | EV_ENABLE | EV_CLEAR)]
+    assert filter_changes(events, events | ET) == fresh
+    assert filter_changes(events | ET, events) == fresh
+    assert filter_changes(events, events) == [(FILTER_READ, EV_ADD | EV_ENABLE | EV_CLEAR)]
+
+
 def test_oneshot_is_left_to_the_context() -> None:
     # One-shot is emulated by the Context (disarm deletes the filters), not EV_ONESHOT.
     assert filter_changes(0, R | Event.ONESHOT) == filter_changes(0, R)

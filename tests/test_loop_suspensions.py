@@ -262,6 +262,35 @@ class TestSuspension:
         d.run()  # what was left runs on the next run()
         assert ran == ["later"]
 
+    @pytest.mark.parametrize("resumed_first", [False, True], ids=["at-once", "after-resume"])
+    def test_a_greenlet_a_callback_started_ends_quietly_with_greenlet_exit(
+        self, make: Any, resumed_first: bool
+    ) -> None:
+        # greenlet's own quiet end of a greenlet: its starter's switch() gets the exception
+        # as the result, and run() goes on, also when the greenlet suspended and was
+        # resumed first (the loop's own GreenletExit, above, is told apart from this).
+        d = make()
+        log: list[str] = []
+
+        def work() -> None:
+            if resumed_first:
+                suspension = d.get_suspension()
+                d.defer(lambda c: suspension.resume())
+                suspension.suspend()
+            log.append("work")
+            raise greenlet.GreenletExit
+
+        def fn(cid: str) -> None:
+            log.append(type(greenlet.greenlet(work).switch()).__name__)
+
+        d.defer(fn)
+        d.delay(0.05, lambda cid: log.append("later"))
+        d.run()
+        if resumed_first:
+            assert log == ["NoneType", "work", "later"]
+        else:
+            assert log == ["work", "GreenletExit", "later"]
+
     def test_a_suspension_of_the_outer_driver_in_a_nested_loop_is_refused(
         self, make: Any
     ) -> None:

@@ -117,7 +117,6 @@ def test_refused_before_anything_else() -> None:
         assert time.monotonic() - start < 0.1
 
 
-
 @pytest.mark.parametrize("timeout", ["x", 1.5, -1, None], ids=repr)
 def test_a_closed_context_says_so_before_judging_the_timeout(timeout: Any) -> None:
     """As iopoll's Context does: ``PollError("Context is closed")`` whatever the timeout,
@@ -128,6 +127,8 @@ def test_a_closed_context_says_so_before_judging_the_timeout(timeout: Any) -> No
         with pytest.raises(api.PollError, match="Context is closed") as caught:
             ctx.wait(timeout)
         assert type(caught.value) is api.PollError
+
+
 def test_int_seconds_plus_microseconds_is_the_timeout() -> None:
     class Seconds(int):
         """An int subclass is still whole seconds."""

@@ -83,11 +83,11 @@ def _deactivate(*tables: dict[Any, Watcher]) -> None:
             watcher._state = REMOVED if watcher._stream_open() else RETIRED
 
 
-
 def _package_of(kind: type) -> str:
     """The package a class comes from, as its users import it (``iopoll``, not
     ``iopoll._backend``)."""
     return kind.__module__.partition(".")[0]
+
 
 class Context(GeneralWait):
     """Watches handles and reports which are ready.

@@ -59,8 +59,8 @@ turns the plain kevents into reports in C: a read or write filter that is ready,
 neither ``EV_EOF`` nor ``EV_ERROR``, for a watcher that asked for it, merged per fd.  Every
 rule above is about the other kevents, and a batch holding one of those is handed back,
 whole, to ``translate_kevents``, the same translation ``poll`` runs.  ``native_kqueue`` is
--1 while the C path may not wait at all: while a ``READ_HANGUP``-only watcher's end of file
-is reported without asking the OS (``_at_eof``), and for a kqueue object that is not
+-1 while the C path may not wait at all: while the end of file of a level watcher without
+``READ`` is reported without asking the OS (``_at_eof``), and for a kqueue object that is not
 ``select.kqueue`` unless it says it may (``raw_wait_fd()``, which the test binding over
 libkqueue offers while it emulates nothing).
 """
@@ -178,10 +178,18 @@ def filter_changes(old_events: int, new_events: int) -> list[tuple[int, int]]:
     is deleted first, as kqueue keeps a knote's ``EV_CLEAR`` from its creation.
     """
     old, new = _filters(old_events), _filters(new_events)
+    # A level watcher with an edge read filter keeps its end of file itself; switched to or
+    # from that, its filter is made afresh, which looks at the fd (libkqueue's EV_ADD on an
+    # existing filter does not, and the end of file would never come again).
+    remade = bool(old_events and new_events) and (
+        _keeps_end_of_file(old_events) != _keeps_end_of_file(new_events)
+    )
     changes = []
     for kfilter in (FILTER_READ, FILTER_WRITE):
         if kfilter in new:
-            if kfilter in old and old[kfilter] != new[kfilter]:
+            if kfilter in old and (
+                old[kfilter] != new[kfilter] or (remade and kfilter == FILTER_READ)
+            ):
                 changes.append((kfilter, EV_DELETE))
             changes.append((kfilter, EV_ADD | EV_ENABLE | (EV_CLEAR if new[kfilter] else 0)))
         elif kfilter in old:
@@ -264,7 +272,8 @@ class KqueueMechanism(Mechanism):
         self._kevent = _select.kevent
         self._registered: dict[int, int] = {}  # fd -> the watched events its filters serve
         self._kinds: dict[int, int] = {}  # fd -> its kind (kind_of)
-        # READ_HANGUP-only level watchers whose read side reported end of file -> its bits.
+        # Level watchers without READ whose read filter reported an end of file they are
+        # told of -> its bits (_keeps_end_of_file).
         self._at_eof: dict[int, int] = {}
         self._prober: Any = None  # a second kqueue, made on first use by _writing_over
         self._sync_native()
@@ -322,7 +331,7 @@ class KqueueMechanism(Mechanism):
 
     def poll(self, timeout: float, max_events: int) -> list[tuple[int, int]]:
         """Wait up to ``timeout`` seconds; the ``(fd, Event bits)`` reports, one per fd."""
-        # A kevent can mean nothing to report (bytes for a READ_HANGUP-only watcher): the
+        # A kevent can mean nothing to report (bytes for a watcher without READ): the
         # wait then goes on for the time left, so that poll returns early only with reports.
         deadline = time.monotonic() + timeout if timeout > 0 else timeout
         while True:

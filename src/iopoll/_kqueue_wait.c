@@ -130,7 +130,7 @@ remember_report(int *table, size_t mask, int fd, int index)
 
 /* Whether the watcher the Context keeps under `fd` asked for every bit of `bits` (1), or
  * the report is translate_kevents()' work: no such watcher, or one that would be reported
- * less than that (a READ_HANGUP-only watcher's bytes) (0); -1 error. */
+ * less than that (bytes for a watcher without READ) (0); -1 error. */
 static int
 asked_for(PyObject *by_fd, int fd, unsigned int bits)
 {

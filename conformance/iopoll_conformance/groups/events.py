@@ -224,6 +224,26 @@ class EventRules:
         expected = {"b": api.Event.HANGUP}
         assert waits(ctx, 3) == [expected, expected, expected]
 
+    def test_spec_6_3_a_hangup_watcher_back_from_edge_is_level_again(
+        self, api: Any, caps: Capabilities, ctx: Any, pair: Any
+    ) -> None:
+        """SPEC 6.3 and 6.5: a watcher of HANGUP alone, its peer gone, switched to edge mode
+        and back: level again, the hang-up reported at every wait.  (kqueue: its read filter
+        is edge in both modes, and the level one keeps the end of file itself: the switch
+        must not leave it with neither.)"""
+        if not caps.edge_triggering:
+            pytest.skip("backend does not support EDGE_TRIGGERED")
+        a, b = pair
+        watcher = ctx.add(b, api.Event.HANGUP, "b")
+        a.close()
+        expected = {"b": api.Event.HANGUP}
+        assert waits(ctx, 2) == [expected, expected]
+        watcher.modify_events([api.Event.HANGUP, api.Event.EDGE_TRIGGERED])
+        assert len(reported(short_wait(ctx))) <= 1  # the state at the switch, at most once
+        assert short_wait(ctx) == []
+        watcher.modify_events(api.Event.HANGUP)
+        assert waits(ctx, 3) == [expected] * 3
+
     def test_spec_6_2_error_hangup_reported_unasked_on_reset(
         self, api: Any, caps: Capabilities, ctx: Any, tcp: Any
     ) -> None:

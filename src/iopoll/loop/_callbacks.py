@@ -123,10 +123,10 @@ def check_seconds(value: object, name: str) -> float:
 
 def stream_fd(stream: object) -> int:
     """The fd of ``stream`` (an object with ``fileno()`` or an int fd); refuses closed streams."""
-    fileno = None if isinstance(stream, int) else getattr(stream, "fileno", None)
+    fileno = None if isinstance(stream, bool) else getattr(stream, "fileno", None)
     if type(stream) is int:
         fd = stream
-    elif not callable(fileno):  # a bool or an int subclass, or no fileno() to call
+    elif not callable(fileno):  # a bool, or no fileno() to call
         raise TypeError(
             f"stream must have a fileno() method or be an int fd, not {type(stream).__name__}"
         )

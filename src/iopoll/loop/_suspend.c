@@ -30,7 +30,9 @@ static struct {
     PyObject *slow_suspension; /* LoopRunner.suspension: past its first check */
     PyObject *hand_over;       /* _suspension._HAND_OVER, sent to it by hand_over() */
     PyObject *not_another_loop; /* _suspension._not_another_loop(owner, runner) */
-    PyObject *greenlet_exit;    /* _suspension._ended_by_greenlet_exit(owner, result) */
+    PyObject *raise_if_exited;  /* _suspension._raise_if_exited(result) */
+    PyObject *exited;           /* _suspension._Exited */
+    PyObject *exit_type;        /* greenlet.GreenletExit, found by the first loop greenlet */
     PyObject *superseded;      /* _suspension.Superseded */
     PyObject *no_args;         /* (): a microtask's arguments */
     PyObject *s_switch, *s_parent, *s_dead, *s_hand_over, *s_switch_in, *s_forward;
@@ -268,8 +270,7 @@ suspension_switch_in(PyObject *self, PyObject *Py_UNUSED(ignored))
             done = call0(owner, G.s_switch);
         }
         if (done != NULL && done != Py_None) { /* None: it suspended again, or ended */
-            PyObject *args[2] = {owner, done};
-            Py_SETREF(done, PyObject_Vectorcall(G.greenlet_exit, args, 2, NULL));
+            Py_SETREF(done, PyObject_CallOneArg(G.raise_if_exited, done));
         }
     }
     Py_DECREF(owner);
@@ -334,6 +335,15 @@ runner_hand_over(PyObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 runner_loop_main(PyObject *self, PyObject *fresh)
 {
+    if (G.exit_type == NULL) {
+        /* A loop greenlet runs this: greenlet is imported. */
+        PyObject *greenlet = PyImport_ImportModule("greenlet");
+        G.exit_type = greenlet == NULL ? NULL : PyObject_GetAttrString(greenlet, "GreenletExit");
+        Py_XDECREF(greenlet);
+        if (G.exit_type == NULL) {
+            return NULL;
+        }
+    }
     PyObject *run_loop = get_slot(self, G.run_loop);
     PyObject *done = run_loop == NULL ? NULL : PyObject_CallOneArg(run_loop, fresh);
     Py_XDECREF(run_loop);
@@ -341,6 +351,12 @@ runner_loop_main(PyObject *self, PyObject *fresh)
         /* back to whoever resumed this greenlet's suspended callback */
         PyErr_Clear();
         Py_RETURN_NONE;
+    }
+    if (done == NULL && PyErr_ExceptionMatches(G.exit_type)) {
+        /* a callback's, which greenlet would take for this greenlet's quiet end */
+        PyObject *error = fetch_exception();
+        done = error == NULL ? NULL : PyObject_CallOneArg(G.exited, error);
+        Py_XDECREF(error);
     }
     return done;
 }
@@ -407,11 +423,12 @@ find_suspension_slots(PyTypeObject *runner_type, PyTypeObject *suspension_type)
     G.hand_over = PyObject_GetAttrString(module, "_HAND_OVER");
     G.superseded = PyObject_GetAttrString(module, "Superseded");
     G.not_another_loop = PyObject_GetAttrString(module, "_not_another_loop");
-    G.greenlet_exit = PyObject_GetAttrString(module, "_ended_by_greenlet_exit");
+    G.raise_if_exited = PyObject_GetAttrString(module, "_raise_if_exited");
+    G.exited = PyObject_GetAttrString(module, "_Exited");
     Py_DECREF(module);
     G.no_args = PyTuple_New(0);
     if (G.hand_over == NULL || G.superseded == NULL || G.not_another_loop == NULL
-        || G.greenlet_exit == NULL || G.no_args == NULL) {
+        || G.raise_if_exited == NULL || G.exited == NULL || G.no_args == NULL) {
         return -1;
     }
     struct {

@@ -52,16 +52,27 @@ def _entered_runners() -> list[LoopRunner]:
     return runners
 
 
-def _ended_by_greenlet_exit(owner: Any, result: object) -> None:
-    """Raise the ``GreenletExit`` that ended ``owner``, which sent ``result`` back.
+class _Exited:
+    """What a loop greenlet returns when a callback's ``GreenletExit`` ended it.
 
-    greenlet takes a ``GreenletExit`` that leaves a greenlet for a quiet end and hands the
-    exception to its parent as the greenlet's result.  From a callback it is a
-    ``BaseException`` like any other: it leaves ``run()``, as it does without greenlet.
+    greenlet takes a ``GreenletExit`` that leaves a greenlet for its quiet end and hands
+    the exception to the parent as the greenlet's result.  From a callback it is a
+    ``BaseException`` like any other, which leaves ``run()`` (as it does without greenlet);
+    wrapped, it is told apart from what a greenlet a callback started returns, whose own
+    ``GreenletExit`` stays the quiet end greenlet makes it.
     """
-    module = greenlet_module()
-    if module is not None and isinstance(result, module.GreenletExit) and owner.dead:
-        raise result
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _raise_if_exited(result: object) -> None:
+    """Raise the callback's ``GreenletExit`` that ended a loop greenlet, if ``result``,
+    what switching into it returned, says so."""
+    if type(result) is _Exited:
+        raise result.error
 
 
 def _not_another_loop(owner: Any, runner: LoopRunner) -> None:
@@ -216,9 +227,7 @@ class Suspension:
         current = self._getcurrent()
         if owner.parent is not current:
             owner.parent = current  # come back here when it suspends or ends
-        result = owner.switch()
-        if result is not None:  # None: it suspended again, or its callback ended
-            _ended_by_greenlet_exit(owner, result)
+        _raise_if_exited(owner.switch())
 
     def __repr__(self) -> str:
         state = "dead" if self._dead else "suspended" if self._pending else "idle"
@@ -319,8 +328,8 @@ class LoopRunner:
                 elif self.loop.dead:
                     # The loop ended: by itself (None), or with an exception for run().
                     interrupt, self._delivered = self._delivered, None
-                    if interrupt is None and isinstance(sent, module.GreenletExit):
-                        return sent  # a callback's, which greenlet took for a quiet end
+                    if interrupt is None and type(sent) is _Exited:
+                        return sent.error  # a callback's GreenletExit
                     return interrupt
                 else:
                     sent = self.forward(sent)
@@ -328,11 +337,14 @@ class LoopRunner:
             self.running = False
             entered.remove(self)
 
-    def _loop_main(self, fresh: bool) -> None:
+    def _loop_main(self, fresh: bool) -> _Exited | None:
         try:
             self._run_loop(fresh)
         except Superseded:
             pass  # back to whoever resumed this greenlet's suspended callback
+        except greenlet_module().GreenletExit as error:  # type: ignore[union-attr]
+            return _Exited(error)
+        return None
 
     def hand_over(self) -> Any:
         """The loop greenlet's callback suspends: a successor greenlet continues the loop,
