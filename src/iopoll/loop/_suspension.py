@@ -179,10 +179,6 @@ class Suspension:
                 else:
                     _not_another_loop(owner, runner)
                     sent = owner.parent.switch(None)
-            except BaseException:
-                self._pending = False
-                raise
-            try:
                 while self._pending:
                     # Not a resume (that clears _pending first): a greenlet whose parent is
                     # this one ended or suspended (the note above LoopRunner.forward).
