@@ -85,3 +85,21 @@ def test_the_loop_refuses_a_fileno_that_cannot_be_called_by_name(kind: type) -> 
             assert driver.get_identifiers() == []
         finally:
             driver.close()  # type: ignore[attr-defined]
+
+
+def test_the_loop_refuses_an_unhashable_callback_id_by_name() -> None:
+    # Ids are strings (SPEC 9.1): an unknown one is InvalidCallbackError, and one that no
+    # id can be (unhashable) a TypeError that names callback_id, not "unhashable type".
+    from iopoll.loop import IoPollDriver, SelectorsDriver, TracingDriver
+    from iopoll.loop._iopoll_driver import PyIoPollDriver
+
+    drivers = (IoPollDriver(), PyIoPollDriver(), SelectorsDriver(), TracingDriver(IoPollDriver()))
+    methods = ("enable", "disable", "cancel", "reference", "unreference", "get_type")
+    for driver in drivers:
+        kept = driver.defer(lambda callback_id: None)
+        for method in (*methods, "is_enabled", "is_referenced"):
+            with pytest.raises(TypeError, match=r"^callback_id must be a str, not list$"):
+                getattr(driver, method)([])
+        assert driver.get_identifiers() == [kept]
+        driver.cancel(kept)
+        driver.close()  # type: ignore[attr-defined]

@@ -347,7 +347,7 @@ class CallbackRegistry(Driver):
         return callback_id
 
     def disable(self, callback_id: str) -> str:
-        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
+        callback = self._find(callback_id)
         if callback is None or not callback.enabled:
             return callback_id
         callback.enabled = False
@@ -397,7 +397,7 @@ class CallbackRegistry(Driver):
         return callback_id
 
     def unreference(self, callback_id: str) -> str:
-        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
+        callback = self._find(callback_id)
         if callback is not None and callback.referenced:
             callback.referenced = False
             if callback.enabled:
@@ -406,8 +406,17 @@ class CallbackRegistry(Driver):
 
     # -- introspection ------------------------------------------------------------------------
 
+    def _find(self, callback_id: str) -> Callback | None:
+        """The record of ``callback_id``, or None when no callback has it."""
+        try:
+            return (self._index() if self._unindexed else self._callbacks).get(callback_id)
+        except TypeError:  # unhashable: no id is that
+            raise TypeError(
+                f"callback_id must be a str, not {type(callback_id).__name__}"
+            ) from None
+
     def _get(self, callback_id: str) -> Callback:
-        callback = (self._index() if self._unindexed else self._callbacks).get(callback_id)
+        callback = self._find(callback_id)
         if callback is None:
             raise InvalidCallbackError.invalid_identifier(callback_id)
         return callback

@@ -123,8 +123,9 @@ class TracingDriver(Driver):
         return callback_id
 
     def disable(self, callback_id: str) -> str:
+        self._driver.disable(callback_id)  # first: it refuses an id that cannot be one
         self._enabled.discard(callback_id)
-        return self._driver.disable(callback_id)
+        return callback_id
 
     def cancel(self, callback_id: str) -> None:
         self._driver.cancel(callback_id)
@@ -139,9 +140,10 @@ class TracingDriver(Driver):
         return callback_id
 
     def unreference(self, callback_id: str) -> str:
+        self._driver.unreference(callback_id)  # first: it refuses an id that cannot be one
         if callback_id in self._created and callback_id not in self._cancelled:
             self._unreferenced.add(callback_id)
-        return self._driver.unreference(callback_id)
+        return callback_id
 
     def run(self) -> None:
         self._driver.run()
