@@ -146,10 +146,12 @@ def kind_of(fd: int) -> int:
 
 
 def _reads_end_of_file_only(events: int) -> bool:
-    """Whether a registration of ``events`` (not 0) has a read filter for its end of file
+    """Whether a registration of ``events`` (0: none) has a read filter for its end of file
     only: ``READ_HANGUP`` without ``READ``, or neither ``READ`` nor ``WRITE``, which learns
     of a hang-up from it."""
-    return not events & _READ and bool(events & _READ_HANGUP or not events & _WRITE)
+    if not events or events & _READ:
+        return False
+    return bool(events & _READ_HANGUP or not events & _WRITE)
 
 
 def _keeps_end_of_file(events: int) -> bool:
@@ -162,7 +164,7 @@ def _filters(events: int) -> dict[int, bool]:
     """The filters ``events`` needs (none for 0, no registration), each with whether it is
     added with ``EV_CLEAR``."""
     wanted: dict[int, bool] = {}
-    if events & _READ or (events and _reads_end_of_file_only(events)):
+    if events & _READ or _reads_end_of_file_only(events):
         # No READ: edge, so that unread bytes do not fire it on every wait.
         wanted[FILTER_READ] = bool(events & _EDGE or not events & _READ)
     if events & _WRITE:
@@ -181,9 +183,7 @@ def filter_changes(old_events: int, new_events: int) -> list[tuple[int, int]]:
     # A level watcher with an edge read filter keeps its end of file itself; switched to or
     # from that, its filter is made afresh, which looks at the fd (libkqueue's EV_ADD on an
     # existing filter does not, and the end of file would never come again).
-    remade = bool(old_events and new_events) and (
-        _keeps_end_of_file(old_events) != _keeps_end_of_file(new_events)
-    )
+    remade = _keeps_end_of_file(old_events) != _keeps_end_of_file(new_events)
     changes = []
     for kfilter in (FILTER_READ, FILTER_WRITE):
         if kfilter in new:
@@ -299,7 +299,7 @@ class KqueueMechanism(Mechanism):
             self._registered[fd] = events & _KEPT | _REGISTERED
         else:
             self._registered.pop(fd, None)
-        if fd in self._at_eof and not (events and _keeps_end_of_file(events)):
+        if fd in self._at_eof and not _keeps_end_of_file(events):
             del self._at_eof[fd]
         self._sync_native()
 
