@@ -24,7 +24,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from _iopoll_core.handles import MAX_FD
+from _iopoll_core.handles import MAX_FD, has_fileno
 
 __all__ = [
     "CallbackType",
@@ -123,16 +123,15 @@ def check_seconds(value: object, name: str) -> float:
 
 def stream_fd(stream: object) -> int:
     """The fd of ``stream`` (an object with ``fileno()`` or an int fd); refuses closed streams."""
-    fileno = None if isinstance(stream, bool) else getattr(stream, "fileno", None)
     if type(stream) is int:
         fd = stream
-    elif not callable(fileno):  # a bool, or no fileno() to call
+    elif isinstance(stream, bool) or not has_fileno(stream):
         raise TypeError(
             f"stream must have a fileno() method or be an int fd, not {type(stream).__name__}"
         )
     else:
         try:
-            fd = fileno()
+            fd = stream.fileno()
         except (OSError, ValueError) as exc:
             raise ValueError(f"stream must be open: fileno() failed ({exc})") from exc
     if type(fd) is not int:
