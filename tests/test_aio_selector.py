@@ -312,6 +312,7 @@ def test_get_map_is_live_and_read_only(
         mapping[pair[1]] = key  # type: ignore[index]
     selector.close()
     assert len(mapping) == 0 and mapping.get(pair[0]) is None
+    assert selector.get_map() is None  # every stdlib selector's answer once closed
 
 
 @pytest.mark.parametrize("closed", [True, False])

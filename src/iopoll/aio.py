@@ -355,7 +355,13 @@ class IoPollSelector(selectors.BaseSelector):
         return self._map[fileobj]
 
     def get_map(self) -> Mapping[_FileObj, SelectorKey]:
-        """A live, read-only mapping of file objects (or fds) to keys."""
+        """A live, read-only mapping of file objects (or fds) to keys; ``None`` once closed.
+
+        ``None`` is what every standard library selector returns after ``close()``; a
+        mapping taken before stays, empty.
+        """
+        if self._closed:
+            return None  # type: ignore[return-value]  # typeshed leaves out the stdlib's None
         return self._map
 
 
