@@ -8,7 +8,8 @@ on failure).  What it emulates is what the mechanism's bookkeeping depends on:
 * an association is one-shot: ``port_getn`` drops each fd it reports, and the fd stays
   silent until it is associated again;
 * ``port_associate`` of an associated fd replaces its events; ``port_dissociate`` of one
-  that is not associated is ENOENT; an fd that is not open is EBADF;
+  that is not associated is ENOENT; an fd that is not open is EBADFD, as illumos says
+  (EBADF is for a port that is not one);
 * closing an fd drops its association (seen here at the next call: the fd number no
   longer names the file that was associated);
 * ``port_getn`` waits for ``*nget`` events or the timeout, fails with ETIME when the time
@@ -99,19 +100,19 @@ class EmulatedPorts:
             return -1
         current = _file_of(obj)
         if current is None:
-            return _fail(errno.EBADF)
+            return _fail(errno.EBADFD)
         state.associations[obj] = _Association(events, user, current)
         return 0
 
     def port_dissociate(self, port: int, source: int, obj: int) -> int:
-        """Remove ``obj``'s association: ENOENT if it has none, EBADF if it is not open."""
+        """Remove ``obj``'s association: ENOENT if it has none, EBADFD if it is not open."""
         state = self._called("port_dissociate", port, obj, source)
         if state is None:
             return -1
         self._drop_closed(state)
         current = _file_of(obj)
         if current is None:
-            return _fail(errno.EBADF)
+            return _fail(errno.EBADFD)
         if state.associations.pop(obj, None) is None:
             return _fail(errno.ENOENT)
         return 0

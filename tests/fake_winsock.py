@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import select
 import socket
+import stat
 from typing import Any
 
 from iopoll import _wsapoll as wsapoll
@@ -39,6 +41,14 @@ _TO_WINDOWS = (
 )
 
 
+def _is_socket(fd: int) -> bool:
+    """Whether ``fd`` is an open socket: what WSAPoll calls a valid entry."""
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
 def _translate(bits: int, table: tuple[tuple[int, int], ...]) -> int:
     """``bits`` in the other platform's values: every ``(source, target)`` row of ``table``
     whose ``source`` shares a bit with ``bits`` gives its ``target``."""
@@ -49,9 +59,10 @@ class FakeWinsock:
     """``ws2_32``'s ``WSAPoll`` and ``getsockopt`` as the backend calls them, on the host's.
 
     It takes Windows' ``WSAPOLLFD`` array and flag values, refuses what WSAPoll refuses
-    (``POLLPRI``/``POLLWRBAND`` or any unknown bit in ``events``, ``nfds == 0``) with
-    ``WSAEINVAL``, and answers in Windows' flag values.  ``script`` holds Winsock errors the
-    next polls fail with; ``calls`` records each poll's ``(nfds, timeout_ms)``.
+    (``POLLPRI``/``POLLWRBAND`` or any unknown bit in ``events``, ``nfds == 0``, an array
+    without one valid socket) with ``WSAEINVAL``, and answers in Windows' flag values.
+    ``script`` holds Winsock errors the next polls fail with; ``calls`` records each poll's
+    ``(nfds, timeout_ms)``.
     """
 
     def __init__(self) -> None:
@@ -71,6 +82,9 @@ class FakeWinsock:
         allowed = wsapoll.POLLIN | wsapoll.POLLOUT
         if nfds == 0 or any(array[i].events & ~allowed for i in range(nfds)):
             self.error = wsapoll.WSAEINVAL
+            return -1
+        if not any(_is_socket(array[i].fd) for i in range(nfds)):
+            self.error = wsapoll.WSAEINVAL  # "none of the sockets ... were valid"
             return -1
         host = (POLLFD * nfds)()
         for i in range(nfds):

@@ -309,7 +309,7 @@ def test_a_level_fd_closed_after_its_report_is_reported_invalid_once(
         mechanism.register(read_fd, R)
         os.write(write_fd, b"x")
         assert mechanism.poll(1.0, -1) == [(read_fd, POLLIN)]
-        os.close(read_fd)  # behind the handle's back: the re-association fails (EBADF)
+        os.close(read_fd)  # behind the handle's back: the re-association fails (EBADFD)
         started = time.monotonic()
         assert mechanism.poll(5.0, -1) == [(read_fd, POLLNVAL)]
         assert time.monotonic() - started < 1.0  # a report in hand: the wait did not block
@@ -401,6 +401,62 @@ def test_context_max_events_rotation_gives_every_level_watcher_its_turn() -> Non
             ctx.add(a, Event.WRITE, index)
         seen = [w.data for _ in range(3) for w in ctx.wait(0, 0, 1)]
         assert sorted(seen) == [0, 1, 2]
+
+
+def test_a_closed_fd_is_ebadfd_and_handled_as_closed() -> None:
+    # illumos's port_associate and port_dissociate say EBADFD for an object that is no open
+    # fd (the emulation does too): a closed stream is dropped quietly, an int fd closed
+    # behind the Context's back is ERROR once, and add() of one is INVALID, as elsewhere.
+    a, b = socket.socketpair()
+    read_fd, write_fd = os.pipe()
+    with a, ep.Context(ep.Backend.EVENT_PORTS) as ctx:
+        ctx.add(b, Event.READ, "stream")
+        raw = ctx.add(read_fd, Event.READ, "int")
+        a.send(b"x")
+        os.write(write_fd, b"x")
+        assert {w.data for w in ctx.wait(1)} == {"stream", "int"}
+        b.close()
+        os.close(read_fd)
+        os.close(write_fd)
+        assert [(w.data, w.triggered_events) for w in ctx.wait(0)] == [("int", Event.ERROR)]
+        assert ctx.wait(0) == [] and len(ctx) == 0 and not raw.is_active()
+        with pytest.raises(iopoll.FailedHandleAddError) as info:
+            ctx.add(read_fd, Event.READ)
+        assert info.value.code is iopoll.ErrorCode.INVALID
+        assert info.value.errno == errno.EBADFD
+
+
+def test_a_handler_raising_after_port_getn_loses_no_level_watcher() -> None:
+    # A signal handler may run, and raise, after port_getn took events and before the
+    # mechanism counted them: the level fds it took must still be associated again.
+    class Boom(Exception):
+        pass
+
+    class SignalAfterGetn(EmulatedPorts):
+        armed = False
+
+        def port_getn(self, *args: object) -> int:
+            done = super().port_getn(*args)  # type: ignore[arg-type]
+            if self.armed:
+                self.armed = False
+                raise Boom  # where the handler's exception would surface
+            return done
+
+    library = SignalAfterGetn()
+    mechanism = EventPortsMechanism.with_library(library)()
+    a, b = socket.socketpair()
+    try:
+        mechanism.register(b.fileno(), R)
+        a.send(b"x")  # b stays readable throughout
+        library.armed = True
+        with pytest.raises(Boom):
+            mechanism.poll(1.0, -1)
+        assert mechanism.poll(1.0, -1) == [(b.fileno(), POLLIN)]
+        assert mechanism.poll(1.0, -1) == [(b.fileno(), POLLIN)]
+    finally:
+        mechanism.close()
+        a.close()
+        b.close()
 
 
 # -- the conformance suite over the emulation --------------------------------------------------

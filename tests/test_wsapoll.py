@@ -481,6 +481,38 @@ def test_winsock_errors_through_the_context(
     assert _report(fake_ctx) == {"a": Event.WRITE}  # the next wait works
 
 
+def test_an_array_without_one_valid_socket_is_not_a_failed_wait(
+    fake_ctx: iopoll.Context,
+    fake: FakeWinsock,
+    pairs: Callable[[], tuple[socket.socket, socket.socket]],
+) -> None:
+    # WSAPoll fails the whole call with WSAEINVAL when no socket in the array is valid
+    # (FakeWinsock does too), where poll(2) reports each POLLNVAL: SPEC 6.8 and 6.9 still
+    # hold.  The only stream closed through its object is dropped quietly...
+    _, b = pairs()
+    fake_ctx.add(b, Event.READ, "stream")
+    b.close()
+    assert _report(fake_ctx) == {} and len(fake_ctx) == 0
+    # ... an int fd closed behind the Context's back is ERROR once...
+    c, d = pairs()
+    fd = os.dup(d.fileno())
+    fake_ctx.add(fd, Event.READ, "int")
+    os.close(fd)
+    assert _report(fake_ctx) == {"int": Event.ERROR}
+    assert _report(fake_ctx) == {} and len(fake_ctx) == 0
+    # ... and WSAEINVAL while a socket is still valid remains a failed wait.
+    fake_ctx.add(c, Event.WRITE, "c")
+
+    def refused(*args: object) -> int:
+        fake.error = wsapoll.WSAEINVAL
+        return -1
+
+    fake.poll = refused  # type: ignore[method-assign]
+    with pytest.raises(iopoll.FailedPollWaitError) as caught:
+        fake_ctx.wait(0)
+    assert caught.value.errno == wsapoll.WSAEINVAL
+
+
 def test_host_errors_through_the_context(
     monkeypatch: pytest.MonkeyPatch,
     libc_ctx: iopoll.Context,

@@ -12,10 +12,22 @@ Why the choices:
   (before its ``port_getn``), so that a watcher modified or removed in between costs no
   extra system call.  A ``ONESHOT`` watcher is simply not re-associated: the port disarms
   it as it reports it (``disarms_reported_oneshots``), and ``modify`` re-arms it.
-* **A re-association refused with EBADF** (the fd was closed behind the handle's back) is
-  reported once as ``POLLNVAL`` by that next ``poll``, which the Context reports as
-  ``ERROR`` and drops (SPEC 6.9).  An fd closed while associated is dissociated by the
-  system silently, so it may also never be reported: "at most once".
+* **A re-association refused with EBADFD** (the fd was closed behind the handle's back;
+  illumos's ``port_associate`` says EBADFD for a bad object and keeps EBADF for a bad
+  port, and EBADF is taken the same way) is reported once as ``POLLNVAL`` by that next
+  ``poll``, which the Context reports as ``ERROR`` and drops (SPEC 6.9).  An fd closed
+  while associated is dissociated by the system silently, so it may also never be
+  reported: "at most once".
+* **A report carries the bits the port queued**: ``port_associate`` polls the fd and
+  queues an event at once if it is ready, and a wake-up queues one later; ``port_getn``
+  hands out those bits without polling again.  An fd drained by a read the program made
+  without being told in between is then reported all the same (the read gets EAGAIN), a
+  stale report ``epoll`` does not make.  A re-association drops a queued event, so a
+  level watcher's report after a report is fresh.
+* **A signal handler that raises** between ``port_getn`` and the bookkeeping of what it
+  retrieved would leave level fds the port no longer holds counted as associated, silent
+  for good.  So any exception out of ``port_getn``'s call queues every level fd for
+  re-association, which replaces an association that is still there.
 * **The ``max_events`` cut is the Context's**: it asks for every registration, and this
   module fetches them in calls of at most ``PORT_MAX_LIST`` events (the system's limit per
   call), asking again at once while a call comes back full.
@@ -47,7 +59,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, cast
 
-from _iopoll_core.events import DecodeTable, Event, decode_table, flag_encoder
+from _iopoll_core.events import DecodeTable, ErrorCode, Event, decode_table, flag_encoder
 from _iopoll_core.mechanism import Mechanism
 
 __all__ = [
@@ -219,6 +231,9 @@ def _failure(what: str) -> OSError:
 
 _ONESHOT = Event.ONESHOT.value
 _ETIME = getattr(errno, "ETIME", errno.ETIMEDOUT)
+# What port_associate and port_dissociate say for an object that is no open fd: EBADFD on
+# illumos (usr/src/uts/common/fs/portfs/port_fd.c); EBADF taken too.
+_CLOSED_FD = frozenset({errno.EBADF, getattr(errno, "EBADFD", errno.EBADF)})
 
 
 class EventPortsMechanism(Mechanism):
@@ -234,9 +249,11 @@ class EventPortsMechanism(Mechanism):
             (POLLPRI, Event.PRIORITY),
         ]
     )
-    # Not in the table: a re-association refused with EBADF, which the Context reports as
+    # Not in the table: a re-association refused with EBADFD, which the Context reports as
     # ERROR once and drops.
     invalid_fd_bit: ClassVar[int] = POLLNVAL
+    # add() of an fd that is not open: INVALID, as EBADF is on the other backends.
+    errno_codes: ClassVar[dict[int, ErrorCode]] = {code: ErrorCode.INVALID for code in _CLOSED_FD}
     supports_priority: ClassVar[bool] = True
     disarms_reported_oneshots: ClassVar[bool] = True
     # The port library every instance uses; None: libc (LibcPorts), made on first use.
@@ -268,7 +285,7 @@ class EventPortsMechanism(Mechanism):
         self._associated: set[int] = set()
         # Level fds reported since the last poll: re-associated before the next port_getn.
         self._rearm: set[int] = set()
-        # fds whose re-association failed with EBADF: reported once as POLLNVAL.
+        # fds whose re-association failed with EBADFD: reported once as POLLNVAL.
         self._invalid: list[int] = []
         self._events = (port_event_t * 1)()
         self._nget = ctypes.c_uint()
@@ -317,7 +334,7 @@ class EventPortsMechanism(Mechanism):
         self._associated.discard(fd)
         if self._lib.port_dissociate(self._port, PORT_SOURCE_FD, fd) < 0:
             number = ctypes.get_errno()
-            if number not in (errno.ENOENT, errno.EBADF):  # the fd was closed: dropped
+            if number != errno.ENOENT and number not in _CLOSED_FD:  # dropped with the fd
                 raise _failure("port_dissociate")
 
     # -- waiting ----------------------------------------------------------------------------
@@ -327,9 +344,10 @@ class EventPortsMechanism(Mechanism):
         come back as ``POLLNVAL`` reports (once)."""
         for fd in list(self._rearm):
             if self._lib.port_associate(self._port, PORT_SOURCE_FD, fd, self._level[fd], 0) < 0:
-                if ctypes.get_errno() != errno.EBADF:
+                if ctypes.get_errno() not in _CLOSED_FD:
                     raise _failure("port_associate")
-                self._invalid.append(fd)
+                if fd not in self._invalid:  # a handler that raised before the discard below
+                    self._invalid.append(fd)
             else:
                 self._associated.add(fd)
             self._rearm.discard(fd)
@@ -360,6 +378,16 @@ class EventPortsMechanism(Mechanism):
         """One ``port_getn`` of up to ``batch`` events, EINTR retried with the time left."""
         if len(self._events) < batch:
             self._events = (port_event_t * batch)()
+        try:
+            return self._getn_once(batch, timeout)
+        except BaseException:
+            # A signal handler may have raised after port_getn took events this object has
+            # not counted: re-associate every level fd rather than lose one for good.
+            self._rearm.update(self._level)
+            raise
+
+    def _getn_once(self, batch: int, timeout: float) -> list[tuple[int, int]]:
+        """``_getn``'s calls: ``port_getn`` until it is not interrupted, then ``_take``."""
         events, nget, spec = self._events, self._nget, self._timespec
         deadline = time.monotonic() + timeout if timeout > 0 else 0.0
         while True:

@@ -200,6 +200,9 @@ class Platform:
     so_type: int
     describe: Callable[[int], str]  # an error number -> its message
     bind: Callable[[], Calls]
+    # The error number of a poll that finds no valid socket in the array at all (WSAPoll
+    # fails the whole call; poll(2) reports each POLLNVAL): 0 where there is none.
+    none_valid: int = 0
 
 
 def _bind(
@@ -281,6 +284,7 @@ def winsock() -> Platform:
         so_type=0x1008,
         describe=_describe_winsock,
         bind=_bind_winsock,
+        none_valid=WSAEINVAL,
     )
 
 
@@ -443,6 +447,8 @@ class WsaPollMechanism(Mechanism):
             if count >= 0:
                 return count
             number = calls.last_error()
+            if number == platform.none_valid and self._none_valid():
+                return self._all_invalid(nfds)
             if number != platform.interrupted:
                 raise OSError(number, platform.describe(number))
             _check_signals()  # a handler's exception leaves from here (PEP 475)
@@ -451,6 +457,26 @@ class WsaPollMechanism(Mechanism):
             if milliseconds > 0:
                 left = deadline - time.monotonic()
                 milliseconds = max(math.ceil(left * 1000.0), 0)
+
+    def _none_valid(self) -> bool:
+        """Whether no fd in the array is a socket any more: what WSAPoll's WSAEINVAL means
+        when it is not a bit it refuses in ``events``, which this module never asks for."""
+        for fd in self._fds:
+            try:
+                self._check_socket(fd)
+            except OSError:
+                continue
+            return False
+        return True
+
+    def _all_invalid(self, nfds: int) -> int:
+        """WSAPoll's answer when no socket in the array is valid (each closed behind its
+        handle's back), as poll(2) gives it: ``POLLNVAL`` in every entry."""
+        revents = self._revents
+        assert revents is not None  # an array was polled
+        for index in range(nfds):
+            revents[index] = self.platform.flags.invalid
+        return nfds
 
     def _sleep(self, timeout: float) -> None:
         # Nothing in the array (every watcher a fired one-shot): nothing can become ready.
