@@ -36,7 +36,7 @@ import iopoll  # noqa: E402
 from broken import returns_closed  # noqa: E402
 from iopoll.loop import CallbackType, InvalidCallbackError, IoPollDriver  # noqa: E402
 
-# Seconds per target in the slow tests: 7 x 8 + 8 x 6 = 104 s of soaking, plus start-up and
+# Seconds per target in the slow tests: 7 x 5 + 8 x 4 = 67 s of soaking, plus start-up and
 # warm-up (about 2 s a target): under three minutes.
 CONTEXT_SECONDS = 5
 TRAFFIC_SECONDS = 4
