@@ -263,6 +263,26 @@ def test_a_handler_that_changes_the_context_during_the_wait(
         assert not removed.is_active() and kept.is_active() is (change == "remove")
 
 
+@pytest.mark.parametrize("make_context", ALL_CONTEXTS)
+def test_a_context_a_handler_closes_ends_the_wait_with_poll_error(
+    make_context: object, pairs: Any
+) -> None:
+    """A signal handler closes the Context while wait() blocks and nothing gets ready: the
+    wait raises the PollError of a closed Context's wait, C and pure alike.  C's POLL went
+    on polling its copy of the array and returned [] at the timeout."""
+    _, b = pairs()
+    with make_context() as ctx:  # type: ignore[operator]
+        ctx.add(b, Event.READ)
+        # The fast path's float; the polyfill takes whole seconds and microseconds.
+        args = (0.5,) if isinstance(ctx, iopoll.Context) else (0, 500_000)
+        with (
+            alarm(lambda signum, frame: ctx.close(), 0.05),
+            pytest.raises(iopoll.PollError, match=r"^Context is closed$") as caught,
+        ):
+            ctx.wait(*args)
+        assert type(caught.value) is iopoll.PollError
+
+
 class _Buffered:
     """A stream with ``pending()``, as an ``ssl.SSLSocket`` has, that never holds bytes;
     its ``pending()`` raises once when ``fail`` is set."""

@@ -356,9 +356,11 @@ class Context(GeneralWait):
                 ):
                     return self._finish_wait([], seconds, started)
                 self._poll_failed(exc)  # a handler's own exception leaves as it is
-            if not raw and (wait_for is not seconds or self._usable is None):
-                # The deadline cut it short; or a signal handler closed the Context while
-                # the poll waited (select() then answers nothing): _finish_wait says so.
+            if self._usable is None or (not raw and wait_for is not seconds):
+                # A signal handler closed the Context while the poll waited (select() then
+                # answers nothing), or forked, and this is the child, whose wait must not
+                # report the parent's fds: _finish_wait says which.  Or the deadline cut
+                # the wait short.
                 return self._finish_wait(raw, seconds, started)
             # Reports that need care (no watcher, closed stream, one-shot, POLLNVAL, which
             # is missing from the decode table) leave this loop for _collect; what it did

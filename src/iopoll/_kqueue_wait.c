@@ -66,32 +66,15 @@ native_kqueue_of(PyObject *mechanism)
 }
 
 /* A Recheck: whether the kqueue is still the one to wait on after the signal handlers ran.
- * A handler that closed the context gets what a kevent() on a closed kqueue gets (EBADF,
- * through _poll_failed), as the Python path does; one that changed what the C path may do
- * hands the wait back to Python. */
+ * One that made the Context rebuild it, or changed what the C path may do, hands the wait
+ * back to Python, which goes on with the Context's object.  (A Context closed by a
+ * handler never gets here: wait_retrying() hands its wait back first.) */
 static int
 kqueue_recheck(void *call)
 {
     KqueueCall *c = call;
     long fd = native_kqueue_of(c->mechanism);
-    if (fd == -2) {
-        return -1;
-    }
-    if (fd == c->kq) {
-        return 1;
-    }
-    PyObject *kqueue = PyObject_GetAttr(c->mechanism, slots.str_kqueue);
-    PyObject *closed = kqueue == NULL ? NULL : PyObject_GetAttr(kqueue, slots.str_closed);
-    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
-    Py_XDECREF(closed);
-    Py_XDECREF(kqueue);
-    if (is_closed > 0) {
-        errno = EBADF;
-        PyErr_SetFromErrno(PyExc_OSError);
-        poll_failed(c->self);
-        return -1;
-    }
-    return is_closed < 0 ? -1 : 0;
+    return fd == -2 ? -1 : fd == c->kq;
 }
 
 /* The index of the report of `fd` among `reports[0..found)`, or -1; `table` (NULL below

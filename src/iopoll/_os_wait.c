@@ -201,12 +201,24 @@ can_be_woken(PyObject *self)
     return can;
 }
 
+/* Whether the Context may still be waited on: 1; 0 once it is closed, or in a child after
+ * fork (its _usable is None: _finish_wait then says which); -1 error. */
+static int
+still_usable(PyObject *self)
+{
+    PyObject *usable = peek(self, slots.usable);
+    return usable == NULL ? -1 : usable != Py_None;
+}
+
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).
- * `recheck`, if given, is asked after the handlers whether the OS object is still the one
- * to wait on (a handler may have closed the Context, or made it replace the object):
- * WAIT_HANDED_BACK when it says 0.  Before it blocks, it sets *started, if NULL, to
+ * After the handlers, and after a call that gave up the GIL, the wait is handed back
+ * (WAIT_HANDED_BACK) if the Context is no longer usable: a handler closed it, or forked and
+ * runs in the child, whose wait must not report the parent's fds; another thread closed
+ * it.  `recheck`, if given, is asked after the handlers whether the OS object is still the
+ * one to wait on (a handler may have made the Context replace it): WAIT_HANDED_BACK when it
+ * says 0.  Before it blocks, it sets *started, if NULL, to
  * time.monotonic() (see wait_with()), and calls `prepare`, if given; a wait with no
  * timeout then returns 0 instead if nothing is left that can end it (_can_be_woken). */
 int
@@ -248,6 +260,10 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck r
                     if (can <= 0) {
                         return can;
                     }
+                    int usable = still_usable(self);
+                    if (usable <= 0) {
+                        return usable < 0 ? -1 : WAIT_HANDED_BACK;
+                    }
                     int go_on = recheck == NULL ? 1 : recheck(call);
                     if (go_on <= 0) {
                         return go_on < 0 ? -1 : WAIT_HANDED_BACK;
@@ -261,6 +277,10 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck r
             Py_BEGIN_ALLOW_THREADS
             count = wait(call, timeout);
             Py_END_ALLOW_THREADS
+            if (count >= 0) {
+                int usable = still_usable(self); /* other threads ran meanwhile */
+                return usable > 0 ? count : usable < 0 ? -1 : WAIT_HANDED_BACK;
+            }
         }
         if (count >= 0) {
             return count;
@@ -272,6 +292,10 @@ wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck r
         }
         if (PyErr_CheckSignals() < 0) {
             return -1;
+        }
+        int usable = still_usable(self);
+        if (usable <= 0) {
+            return usable < 0 ? -1 : WAIT_HANDED_BACK;
         }
         if (recheck != NULL) {
             int go_on = recheck(call);
@@ -431,10 +455,8 @@ epoll_call(void *call, int timeout)
 /* A Recheck: whether epfd is still the Context's epoll after the signal handlers ran.  A
  * handler can make the Context rebuild it (an add() of a stream whose number a stale entry
  * holds): the old object is closed, and the rest of the wait is the Python path's, on the
- * new one, as its own retry would be.  A handler that closed the Context gets what an
- * epoll_wait() on a closed epoll gets (EBADF, which _poll_failed turns into the
- * PollError("Context is closed") of SPEC 4), as the Python path does; its fd number may
- * be another file's by then, so it is not waited on again. */
+ * new one, as its own retry would be; its fd number may be another file's by then, so it
+ * is not waited on again.  (A Context closed by a handler never gets here.) */
 static int
 epoll_recheck(void *call)
 {
@@ -457,22 +479,7 @@ epoll_recheck(void *call)
             return -1;
         }
     }
-    if (!closed && fd == c->epfd) {
-        return 1;
-    }
-    PyObject *mechanism = get_slot(c->self, slots.usable);
-    if (mechanism == NULL) {
-        return -1;
-    }
-    int gone = mechanism == Py_None; /* the Context was closed */
-    Py_DECREF(mechanism);
-    if (gone) {
-        errno = EBADF;
-        PyErr_SetFromErrno(PyExc_OSError);
-        poll_failed(c->self);
-        return -1;
-    }
-    return 0;
+    return !closed && fd == c->epfd;
 }
 
 _Static_assert(sizeof(Report) <= sizeof(struct epoll_event), "reports overwrite the events");
@@ -577,7 +584,10 @@ poll_fast_wait(PyObject *self, PyObject *pollfds, PyObject *seconds_obj, double 
     };
     PyObject *result = NULL, *reports_buffer = NULL;
     int count = wait_retrying(self, poll_call, &call, seconds, NULL, poll_prepare, started);
-    if (count >= 0) {
+    if (count == WAIT_HANDED_BACK) {
+        result = finish_handed_back(self, seconds_obj, started);
+    }
+    else if (count >= 0) {
         Report *reports = stack_reports;
         if (call.buffer != NULL) {
             reports = (Report *)(call.fds + call.size);

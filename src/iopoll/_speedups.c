@@ -346,17 +346,16 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
         goto finally;
     }
     int handled = 0;
-    /* No reports: the deadline cut the wait short, or a signal handler closed the Context
-     * while the poll waited (select() then answers nothing); _finish_wait goes on, or says
-     * the Context is closed. */
-    int unfinished = 0;
-    if (PyList_CheckExact(raw) && PyList_GET_SIZE(raw) == 0) {
-        PyObject *usable = peek(self, slots.usable);
-        if (usable == NULL) {
-            goto finally;
-        }
-        unfinished = cut || usable == Py_None;
+    /* A signal handler closed the Context while the poll waited (select() then answers
+     * nothing), or forked, and this is the child, whose wait must not report the parent's
+     * fds; or, with no reports, the deadline cut the wait short: _finish_wait goes on, or
+     * says why not. */
+    PyObject *usable = peek(self, slots.usable);
+    if (usable == NULL) {
+        goto finally;
     }
+    int unfinished = usable == Py_None
+                     || (cut && PyList_CheckExact(raw) && PyList_GET_SIZE(raw) == 0);
     if (PyList_CheckExact(raw) && PyDict_CheckExact(decode) && PyTuple_CheckExact(low)
         && !unfinished) {
         ready = PyList_New(0);
@@ -557,7 +556,6 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || !(found.str_poll_forever = PyUnicode_InternFromString("_poll_forever"))
         || !(found.str_native_kqueue = PyUnicode_InternFromString("native_kqueue"))
         || !(found.str_translate_kevents = PyUnicode_InternFromString("translate_kevents"))
-        || !(found.str_kqueue = PyUnicode_InternFromString("_kqueue"))
         || !(found.str_closed = PyUnicode_InternFromString("closed"))) {
         goto error;
     }
@@ -583,7 +581,6 @@ error:
     Py_XDECREF(found.str_poll_forever);
     Py_XDECREF(found.str_native_kqueue);
     Py_XDECREF(found.str_translate_kevents);
-    Py_XDECREF(found.str_kqueue);
     Py_XDECREF(found.str_closed);
     return NULL;
 }

@@ -49,7 +49,7 @@ typedef struct {
     PyObject *zero;                                             /* 0.0 */
     PyObject *str_wait, *str_poll_failed, *str_finish_wait;
     PyObject *str_can_be_woken, *str_poll_forever;
-    PyObject *str_native_kqueue, *str_translate_kevents, *str_kqueue, *str_closed;
+    PyObject *str_native_kqueue, *str_translate_kevents, *str_closed;
     unsigned int read_bit, write_bit;                           /* Event.READ, Event.WRITE */
 } Slots;
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
+import json
+import os
 import pickle
 import weakref
 from collections.abc import Callable
@@ -12,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ..process import in_child
+from ..process import alarm, in_child
 from ..streams import drain
 from ..support import poll_now, reported, short_wait
 
@@ -56,6 +59,17 @@ def fork_refusals(api: ModuleType, ctx: Any, pair: tuple[Any, Any], watcher: Any
         except Exception as exc:
             outcome[name] = f"{type(exc).__name__}: {exc}"
     return outcome
+
+
+def wait_outcome(api: ModuleType, call: Callable[[], list[Any]]) -> list[Any]:
+    """What a wait did, JSON-able: ``["returned", [data...]]``, or ``["raised", class
+    name, code]`` for a FailedPollOperationError, else ``["raised", "Class: message"]``."""
+    try:
+        return ["returned", [watcher.data for watcher in call()]]
+    except api.FailedPollOperationError as exc:
+        return ["raised", type(exc).__name__, int(exc.code)]
+    except Exception as exc:
+        return ["raised", f"{type(exc).__name__}: {exc}"]
 
 
 class LifecycleRules:
@@ -211,6 +225,43 @@ class LifecycleRules:
         # The parent's context is untouched.
         assert short_wait(ctx) == [watcher]
         assert watcher.watched_events == api.Event.WRITE
+
+    def test_spec_4_fork_during_a_wait(
+        self, api: ModuleType, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4: a signal handler forks while wait() blocks (a pre-fork server that
+        respawns workers from SIGCHLD does): the wait goes on in both processes (PEP 475),
+        and the child's raises code PERMISSION rather than report the parent's fds."""
+        if not hasattr(os, "fork"):
+            pytest.skip("os.fork is not available")
+        ctx.add(pair[0], api.Event.READ, "parent's")
+        parent = os.getpid()
+        read_end, write_end = os.pipe()
+        children: list[int] = []
+
+        def fork_now(signum: int, frame: object) -> None:
+            pid = os.fork()
+            if pid:
+                children.append(pid)
+                pair[1].send(b"x")  # both waits have it to report
+
+        outcome: list[Any] = []
+        try:
+            with alarm(fork_now, 0.05):
+                outcome = wait_outcome(api, lambda: ctx.wait(5))
+        finally:
+            if os.getpid() != parent:  # pragma: no cover - runs in the child
+                with contextlib.suppress(BaseException):
+                    os.write(write_end, json.dumps(outcome).encode())
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as reader:
+            told = reader.read()
+        assert len(children) == 1, "SIGALRM did not come during the wait"
+        os.waitpid(children[0], 0)
+        assert outcome == ["returned", ["parent's"]]
+        child = json.loads(told)
+        assert child == ["raised", "FailedPollWaitError", int(api.ErrorCode.PERMISSION)], child
 
     # -- modify ------------------------------------------------------------------------------
 
