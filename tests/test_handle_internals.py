@@ -140,6 +140,45 @@ def test_a_forked_child_gets_the_signals_unblocked() -> None:
     assert answer == b"free"
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_notify_handle_works_in_a_child_forked_while_a_thread_held_its_lock() -> None:
+    """notify() may come from any thread (SPEC 10): a fork while one is in it left the
+    child's handle locked for good, so notify(), clear() and close() hung there."""
+    handle = NotifyHandle()
+    held, release = threading.Event(), threading.Event()
+
+    def notifying() -> None:  # a notify() caught half-way, as it would be by the fork
+        with handle._lock:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=notifying)
+    thread.start()
+    held.wait()
+    try:
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: a hang ends with SIGALRM's default action
+            try:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(5)
+                handle.notify()
+                handle.clear()
+                handle.close()
+                os.write(writer, b"done")
+            finally:
+                os._exit(0)
+        os.close(writer)
+        answer = os.read(reader, 16)
+        os.close(reader)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join()
+        handle.close()
+    assert (answer, os.waitstatus_to_exitcode(status)) == (b"done", 0)
+
+
 @needs_signal_handles
 @pytest.mark.parametrize("how", ["remove", "close", "collect"])
 def test_a_release_from_another_thread_is_settled_by_the_main_thread(how: str) -> None:

@@ -188,6 +188,7 @@ class NotifyHandle(SourceHandle):
             self._reader, self._writer = reader, writer
             self._closing = weakref.finalize(self, _close_fds, reader, writer)
         self._lock = threading.Lock()
+        _notify_handles.add(self)
 
     def notify(self) -> None:
         """Make the handle ready (its watchers are reported until ``clear()``)."""
@@ -241,6 +242,21 @@ class NotifyHandle(SourceHandle):
 
     def __repr__(self) -> str:
         return f"<NotifyHandle {'closed' if self._reader < 0 else f'fd={self._reader}'}>"
+
+
+# Every NotifyHandle alive, for _new_locks_in_child.
+_notify_handles: weakref.WeakSet[NotifyHandle] = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    # A thread of the parent may have held a handle's lock at the fork (notify() may come
+    # from any thread): the child has no such thread to release it.
+    for handle in list(_notify_handles):
+        handle._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def _close_fds(*fds: int) -> None:
