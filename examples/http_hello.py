@@ -215,19 +215,8 @@ def run_workers(workers: int, work: Callable[[], None]) -> None:
     if workers == 1:
         work()
         return
-    children = []
-    for _ in range(workers):
-        pid = os.fork()
-        if pid == 0:  # the child: work, then leave without running the parent's cleanup
-            code = 0
-            try:
-                work()
-            except BaseException:
-                code = 1
-                sys.excepthook(*sys.exc_info())
-            finally:
-                os._exit(code)
-        children.append(pid)
+    forwarded = (signal.SIGTERM, signal.SIGINT)
+    children: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         for pid in children:
@@ -236,8 +225,28 @@ def run_workers(workers: int, work: Callable[[], None]) -> None:
             except ProcessLookupError:
                 pass
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # The signals wait, blocked, until every child is forked and known to forward(): one
+    # that came in between would end the parent alone and leave the children serving.
+    previous = {signum: signal.signal(signum, forward) for signum in forwarded}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
+    try:
+        for _ in range(workers):
+            pid = os.fork()
+            if pid == 0:  # the child: work, then leave without running the parent's cleanup
+                code = 0
+                try:
+                    for signum, handler in previous.items():
+                        signal.signal(signum, handler)
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                    work()
+                except BaseException:
+                    code = 1
+                    sys.excepthook(*sys.exc_info())
+                finally:
+                    os._exit(code)
+            children.append(pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that waited: forwarded
     for pid in children:
         os.waitpid(pid, 0)
 

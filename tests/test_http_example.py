@@ -155,3 +155,44 @@ def test_workers_above_one_need_a_port() -> None:
     )
     assert done.returncode == 2
     assert "--workers above 1 needs a --port" in done.stderr
+
+
+def test_a_sigterm_while_the_workers_are_forked_stops_them_all(tmp_path: Path) -> None:
+    # The parent's SIGTERM came in after its first fork (a service stopped as it starts): it
+    # ended the parent alone, and the worker forked kept serving the port.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(EXAMPLE.parent)!r})
+import http_hello
+fork = os.fork
+def fork_then_sigterm():
+    pid = fork()
+    if pid:
+        print("forked", pid, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)  # in the parent, between two forks
+    return pid
+os.fork = fork_then_sigterm
+http_hello.main(["--workers", "2", "--port", "{port}"])
+"""
+    # Files, not pipes: a worker left running would hold a pipe open.
+    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+        code = subprocess.run(
+            [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            stdout=out, stderr=err, timeout=60, check=False,
+        ).returncode
+        out.seek(0)
+        err.seek(0)
+        lines, errors = out.read().splitlines(), err.read()
+    pids = [int(line.split()[1]) for line in lines if line.startswith("forked ")]
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    assert (code, alive) == (0, []), errors
+    assert len(pids) == 2, lines
