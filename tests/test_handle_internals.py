@@ -179,6 +179,47 @@ def test_a_notify_handle_works_in_a_child_forked_while_a_thread_held_its_lock() 
     assert (answer, os.waitstatus_to_exitcode(status)) == (b"done", 0)
 
 
+_COLLECTED_INSIDE_BLOCK = """
+import gc, signal
+import iopoll
+from iopoll import Context, Event, SignalHandle
+
+def blocked():
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+gc.disable()
+cycle = Context()
+cycle.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL, cycle)  # its data: itself, a cycle
+del cycle
+real = signal.pthread_sigmask
+
+def collecting(how, mask):
+    signal.pthread_sigmask = real
+    gc.collect()  # frees the cycle, whose finalizer releases its watcher, inside block()
+    return real(how, mask)
+
+signal.pthread_sigmask = collecting
+with Context() as ctx:
+    ctx.add(SignalHandle([signal.SIGUSR2]), Event.SIGNAL)
+    assert signal.pthread_sigmask is real, "block() did not block"
+    during = blocked() & {signal.SIGUSR1, signal.SIGUSR2}
+print(sorted(map(int, during)), sorted(map(int, blocked() & {signal.SIGUSR1, signal.SIGUSR2})))
+"""
+
+
+@needs_signal_handles
+def test_a_watcher_collected_inside_block_is_released_after_it() -> None:
+    """A Context in a reference cycle, freed by a collection that runs inside another
+    watcher's block(): its finalizer's release deadlocked on the block's own lock."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COLLECTED_INSIDE_BLOCK],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    usr2 = int(signal.SIGUSR2)
+    assert done.stdout.split("\n")[0] == f"[{usr2}] []"  # released then, and all at the end
+
+
 @needs_signal_handles
 @pytest.mark.parametrize("how", ["remove", "close", "collect"])
 def test_a_release_from_another_thread_is_settled_by_the_main_thread(how: str) -> None:

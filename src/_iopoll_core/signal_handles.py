@@ -104,48 +104,78 @@ class _Blocks:
     ``deferred``, still blocked in the main thread, which unblocks them at its next
     ``block()`` or ``unblock()`` (``_settle()``): until then a delivery waits, pending, as
     while the watcher was active, and is not lost.
+
+    A release can also come in the middle of ``block()`` or ``unblock()``, from the thread
+    that runs it: the collector frees a Context in a reference cycle at any allocation, and
+    its finalizer releases its watchers.  That release is queued, and made as the call it
+    interrupted ends (``lock`` is re-entrant so that the finalizer can queue it).
     """
 
-    __slots__ = ("counts", "blocked_before", "deferred", "lock")
+    __slots__ = ("counts", "blocked_before", "deferred", "lock", "busy", "queued")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
         self.blocked_before: set[int] = set()
         self.deferred: set[int] = set()  # no watcher left; to unblock in the main thread
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.busy = False  # in block() or unblock(), with the lock
+        self.queued: list[tuple[tuple[int, ...], Callable[[int], None]]] = []
 
     def block(self, signals: tuple[int, ...]) -> None:
         with self.lock:
-            new = [signum for signum in signals if not self.counts.get(signum)]
-            # Still blocked by us, waiting for _settle(): blocked on, as they are.
-            kept = self.deferred.intersection(new)
-            self.deferred.difference_update(kept)
-            self._settle()
-            new = [signum for signum in new if signum not in kept]
-            if new:
-                already = signal.pthread_sigmask(signal.SIG_BLOCK, new)
-                self.blocked_before.update(signum for signum in new if signum in already)
-            for signum in signals:
-                self.counts[signum] = self.counts.get(signum, 0) + 1
+            self.busy = True
+            try:
+                self._block(signals)
+            finally:
+                self.busy = False
+            self._unblock_queued()
 
     def unblock(self, signals: tuple[int, ...], keep: Callable[[int], None]) -> None:
         """One watcher fewer for ``signals``; ``keep(signum)`` takes a delivery still pending
         for a signal whose last watcher this was, before it is unblocked."""
         with self.lock:
-            last = []
-            for signum in signals:
-                count = self.counts.get(signum, 0) - 1
-                if count > 0:
-                    self.counts[signum] = count
-                else:
-                    self.counts.pop(signum, None)
-                    last.append(signum)
-            for signum in last:
-                while signum in signal.sigpending() and signal.sigtimedwait([signum], 0):
-                    keep(signum)
-            self.deferred.update(last)
-            if threading.current_thread() is threading.main_thread():
-                self._settle()
+            if self.busy:  # a finalizer run inside block() or unblock(): after it
+                self.queued.append((signals, keep))
+                return
+            self.busy = True
+            try:
+                self._unblock(signals, keep)
+            finally:
+                self.busy = False
+            self._unblock_queued()
+
+    def _unblock_queued(self) -> None:
+        while self.queued:
+            self.unblock(*self.queued.pop(0))
+
+    def _block(self, signals: tuple[int, ...]) -> None:
+        new = [signum for signum in signals if not self.counts.get(signum)]
+        # Still blocked by us, waiting for _settle(): blocked on, as they are.
+        kept = self.deferred.intersection(new)
+        self.deferred.difference_update(kept)
+        self._settle()
+        new = [signum for signum in new if signum not in kept]
+        if new:
+            already = signal.pthread_sigmask(signal.SIG_BLOCK, new)
+            self.blocked_before.update(signum for signum in new if signum in already)
+        for signum in signals:
+            self.counts[signum] = self.counts.get(signum, 0) + 1
+
+    def _unblock(self, signals: tuple[int, ...], keep: Callable[[int], None]) -> None:
+        last = []
+        for signum in signals:
+            count = self.counts.get(signum, 0) - 1
+            if count > 0:
+                self.counts[signum] = count
+            else:
+                self.counts.pop(signum, None)
+                last.append(signum)
+        for signum in last:
+            while signum in signal.sigpending() and signal.sigtimedwait([signum], 0):
+                keep(signum)
+        self.deferred.update(last)
+        if threading.current_thread() is threading.main_thread():
+            self._settle()
 
     def _settle(self) -> None:
         """In the main thread, with the lock: unblock what ``deferred`` holds, except what was
@@ -162,7 +192,9 @@ class _Blocks:
         """After ``os.fork``: the child gets our signals unblocked, except those the main
         thread had blocked before the first watcher.  (A fork from another thread gets the
         same: that thread's own mask before our block is not known here.)"""
-        self.lock = threading.Lock()  # the parent's may have been held by another thread
+        self.lock = threading.RLock()  # the parent's may have been held by another thread
+        self.busy = False
+        self.queued.clear()
         held = self.deferred.union(self.counts)
         restore = [signum for signum in held if signum not in self.blocked_before]
         self.counts.clear()
