@@ -112,6 +112,51 @@ def test_regular_file_and_devnull_are_always_ready(tmp_path: Any, path: str) -> 
     d.close()
 
 
+@pytest.mark.parametrize("make", DRIVERS)
+@pytest.mark.parametrize("path", ["regular", os.devnull])
+def test_every_driver_takes_a_regular_file_as_always_ready(
+    tmp_path: Any, make: Any, path: str
+) -> None:
+    # SelectorsDriver's fallback for what its selector refuses is a PollSelector: a
+    # DefaultSelector there (epoll again) refused the file as the first did.
+    name = str(tmp_path / "file.txt") if path == "regular" else path
+    if path == "regular":
+        with open(name, "w") as f:
+            f.write("data")
+    d = make()
+    with open(name, "rb") as stream:
+        got: list[str] = []
+        d.on_readable(stream, lambda cid, s: _discard(got.append(cid), d.cancel(cid)))
+        d.run()
+    assert len(got) == 1
+    d.close()
+
+
+@pytest.mark.parametrize("make", DRIVERS)
+def test_an_error_alone_wakes_a_writer(make: Any) -> None:
+    # docs/loop.md: ERROR and HANGUP wake readers and writers.  A full pipe whose reader is
+    # gone is ERROR alone (no WRITE) on Linux poll and epoll.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        while True:
+            os.write(write_fd, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    os.close(read_fd)
+    d = make()
+    try:
+        got: list[str] = []
+        d.on_writable(write_fd, lambda cid, s: _discard(got.append(cid), d.cancel(cid)))
+        barked: list[str] = []
+        d.unreference(d.delay(2.0, lambda cid: _discard(barked.append(cid), d.stop())))
+        d.run()
+        assert (len(got), barked) == (1, [])
+    finally:
+        d.close()
+        os.close(write_fd)
+
+
 def test_stdin_redirected_from_a_file(tmp_path: Any) -> None:
     import subprocess
 

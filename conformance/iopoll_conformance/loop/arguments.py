@@ -67,12 +67,14 @@ class CallbackArgumentRules(DriverHarness):
             loop.defer(42)  # type: ignore[arg-type]
         assert loop.get_identifiers() == []
 
-    def test_async_def_is_refused_at_registration(self, loop: Driver) -> None:
-        async def coroutine_function(cid: str) -> None:
+    @pytest.mark.parametrize(
+        "kind", ["defer", "delay", "repeat", "writable", "readable", "signal"]
+    )
+    def test_async_def_is_refused_at_registration(self, loop: Driver, kind: str) -> None:
+        async def coroutine_function(*args: object) -> None:
             pass
 
+        register = self.registrations(loop)[kind]
         with pytest.raises(TypeError, match="async def"):
-            loop.defer(coroutine_function)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="async def"):
-            loop.delay(0, coroutine_function)  # type: ignore[arg-type]
+            register(loop, coroutine_function)  # type: ignore[arg-type]
         assert loop.get_identifiers() == []

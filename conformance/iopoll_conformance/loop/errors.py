@@ -77,8 +77,10 @@ class ErrorHandlingRules(DriverHarness):
             loop.run()
         assert info.value is original
 
-    def test_non_none_return_is_invalid_callback_error(self, loop: Driver) -> None:
-        callback_id = loop.defer(lambda cid: 42)  # type: ignore[arg-type]
+    @pytest.mark.parametrize("value", [42, 0, False, "", [], 0.0], ids=repr)
+    def test_non_none_return_is_invalid_callback_error(self, loop: Driver, value: object) -> None:
+        # Anything but None, falsy values too (SPEC 9.1).
+        callback_id = loop.defer(lambda cid: value)  # type: ignore[arg-type]
         with pytest.raises(UncaughtError) as info:
             loop.run()
         cause = info.value.__cause__

@@ -1,7 +1,7 @@
 """``DriverHarness``: what every driver rule group stands on.
 
 ``make()`` (which a subclass defines), ``leaks``, the ``loop`` fixture, and the helpers the
-tests share: ``pair()``, ``registrations()``, ``writable_once()`` and
+tests share: ``pair()``, ``registrations()``, ``watchdog()``, ``writable_once()`` and
 ``assert_writable_runs_once()``.  Each rule group (``LivenessRules``, ``TimerRules``, ...)
 subclasses it, so that its tests can use them; ``DriverConformance`` documents them.
 """
@@ -54,6 +54,22 @@ class DriverHarness:
         close = getattr(driver, "close", None)
         if close is not None:
             close()
+
+    @staticmethod
+    def watchdog(loop: Driver, seconds: float) -> list[str]:
+        """An unreferenced delay of ``seconds``: it runs only if something keeps ``run()``
+        going that should not, and then cancels every callback and stops the loop, so that
+        the test fails instead of hanging.  Returns the list it appends its id to."""
+        fired: list[str] = []
+
+        def bark(cid: str) -> None:
+            fired.append(cid)
+            for callback_id in loop.get_identifiers():
+                loop.cancel(callback_id)
+            loop.stop()
+
+        loop.unreference(loop.delay(seconds, bark))
+        return fired
 
     def pair(self) -> tuple[socket.socket, socket.socket]:
         """A non-blocking socketpair, closed after the test."""

@@ -126,3 +126,8 @@ class IdentifierRules(DriverHarness):
         self.registrations(loop)[kind](loop, fn)
         loop.run()
         assert len(errors) == 1
+
+    def test_the_ids_of_many_live_callbacks_are_distinct(self, loop: Driver) -> None:
+        ids = [loop.defer(lambda cid: None) for _ in range(2000)]
+        assert len(set(ids)) == len(ids)
+        assert loop.get_identifiers() == ids

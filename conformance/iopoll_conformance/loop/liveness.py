@@ -61,3 +61,20 @@ class LivenessRules(DriverHarness):
         started = time.monotonic()
         loop.run()
         assert time.monotonic() - started < 0.1
+
+    def test_enabling_an_enabled_callback_changes_nothing(self, loop: Driver) -> None:
+        ran: list[str] = []
+        delay_id = loop.delay(0.02, ran.append)
+        assert loop.enable(delay_id) == delay_id
+        barked = self.watchdog(loop, 2.0)
+        loop.run()
+        assert (ran, barked) == ([delay_id], [])
+
+    def test_referencing_a_disabled_callback_keeps_nothing_going(self, loop: Driver) -> None:
+        # run() returns when no enabled, referenced callback is left (SPEC 9.1).
+        delay_id = loop.disable(loop.delay(0.02, lambda cid: None))
+        loop.reference(loop.unreference(delay_id))
+        barked = self.watchdog(loop, 2.0)
+        loop.run()
+        assert barked == []
+        assert loop.is_referenced(delay_id) and not loop.is_enabled(delay_id)

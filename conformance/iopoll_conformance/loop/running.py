@@ -121,3 +121,38 @@ class RunRules(DriverHarness):
         assert not loop.is_running()
         loop.run()
         assert seen == [True] and not loop.is_running()
+
+    def test_a_defer_made_in_the_tick_stop_ends_waits_for_the_next_run(self, loop: Driver) -> None:
+        # SPEC 9.1: defer runs next tick, and stop() lets the current tick finish.
+        log: list[str] = []
+
+        def first(cid: str) -> None:
+            log.append("a")
+            loop.stop()
+            loop.defer(lambda c: log.append("b"))
+
+        loop.defer(first)
+        loop.run()
+        assert log == ["a"]
+        loop.run()
+        assert log == ["a", "b"]
+
+    def test_disable_then_enable_in_one_tick_runs_next_tick(self, loop: Driver) -> None:
+        # SPEC 9.1: enable takes effect next tick, after this tick's I/O.
+        _, writer = self.pair()
+        log: list[str] = []
+
+        def first(cid: str) -> None:
+            log.append("a")
+            loop.disable(second)
+            loop.enable(second)
+
+        def io(cid: str, stream: Any) -> None:
+            log.append("io")
+            loop.cancel(cid)
+
+        loop.defer(first)
+        second = loop.defer(lambda cid: log.append("b"))
+        loop.on_writable(writer, io)
+        loop.run()
+        assert log == ["a", "io", "b"]

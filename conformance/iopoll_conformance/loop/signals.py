@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 from iopoll.loop import Driver
 
@@ -115,3 +117,81 @@ class SignalRules(DriverHarness):
         assert len(errors) == 1 and isinstance(errors[0], UnsupportedFeatureError)
         assert loop.get_identifiers() == []
         assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask  # nothing blocked
+
+    def test_a_signal_runs_only_its_own_callbacks(self, loop: Driver) -> None:
+        got: list[tuple[str, int]] = []
+        usr1 = loop.on_signal(signal.SIGUSR1, lambda cid, s: got.append(("usr1", s)))
+        usr2 = loop.on_signal(signal.SIGUSR2, lambda cid, s: got.append(("usr2", s)))
+        loop.defer(lambda cid: os.kill(os.getpid(), signal.SIGUSR2))
+        loop.delay(0.1, lambda cid: nil(loop.cancel(usr1), loop.cancel(usr2)))
+        loop.run()
+        assert got == [("usr2", signal.SIGUSR2)]
+
+    def test_signals_run_before_io_in_a_tick(self, loop: Driver) -> None:
+        # SPEC 9.1: within a tick, deferred callbacks, then signals, I/O and due timers.
+        reader, writer = self.pair()
+        writer.send(b"x")
+        log: list[str] = []
+        io = loop.on_readable(reader, lambda cid, s: log.append("io"))
+
+        def on_signal(cid: str, signum: int) -> None:
+            log.append("signal")
+            loop.cancel(cid)
+            loop.cancel(io)
+
+        loop.on_signal(signal.SIGUSR1, on_signal)
+        loop.defer(lambda cid: os.kill(os.getpid(), signal.SIGUSR1))
+        loop.run()
+        assert log == ["io", "signal"]  # tick 1: the I/O; tick 2: the signal, then nothing
+
+    def test_a_signal_from_another_thread_wakes_a_blocking_wait(self, loop: Driver) -> None:
+        # SPEC 9.1: a signal wakes a blocking wait at once.  Every other rule sends its
+        # signal from a callback, before the wait.
+        got: list[float] = []
+        started = time.monotonic()
+
+        def on_signal(cid: str, signum: int) -> None:
+            got.append(time.monotonic() - started)
+            loop.cancel(cid)
+            loop.stop()
+
+        loop.on_signal(signal.SIGUSR1, on_signal)
+        loop.delay(5.0, lambda cid: loop.stop())
+        sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+        sender.start()
+        try:
+            loop.run()
+        finally:
+            sender.join()
+        assert got and got[0] < 2.5, got
+
+    def test_a_signal_reaches_its_callback_while_another_thread_runs(self, loop: Driver) -> None:
+        # Signals work in every driver: a thread that does not block the signal must not
+        # take it away from the callback (the kernel gives it to any such thread).
+        got: list[str] = []
+        previous = signal.signal(signal.SIGUSR1, lambda signum, frame: got.append("handler"))
+        done = threading.Event()
+        other = threading.Thread(target=done.wait)
+        other.start()
+        try:
+
+            def on_signal(cid: str, signum: int) -> None:
+                got.append("callback")
+                loop.cancel(cid)
+
+            loop.on_signal(signal.SIGUSR1, on_signal)
+
+            def send(cid: str) -> None:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                time.sleep(0.05)  # the loop is busy: a thread that can take it does
+
+            loop.defer(send)
+            barked = self.watchdog(loop, 2.0)
+            loop.run()
+        finally:
+            done.set()
+            other.join()
+            for callback_id in loop.get_identifiers():
+                loop.cancel(callback_id)
+            signal.signal(signal.SIGUSR1, previous)
+        assert (got, barked) == (["callback"], [])

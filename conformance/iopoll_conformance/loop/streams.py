@@ -8,6 +8,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from iopoll.loop import Driver, InvalidCallbackError
 
 from .callbacks import receive_once
@@ -129,3 +131,48 @@ class StreamRules(DriverHarness):
             for error in errors
         ), errors
         loop.cancel(stale)
+
+    def test_a_watched_stream_closed_never_keeps_run_sleeping(self, loop: Driver) -> None:
+        # SPEC 9.1: a stream closed before its callback was cancelled never leaves run()
+        # sleeping for ever on a callback that can no longer fire; a driver that says so
+        # says it once, to the error handler, naming the id.
+        reader, _writer = self.pair()
+        errors: list[Exception] = []
+        loop.set_error_handler(errors.append)
+        callback_id = loop.on_readable(reader, lambda cid, s: None)
+        loop.delay(0, lambda cid: reader.close())
+        barked = self.watchdog(loop, 5.0)
+        loop.run()
+        assert barked == []
+        assert len(errors) <= 1, errors
+        assert all(
+            isinstance(error, InvalidCallbackError) and error.callback_id == callback_id
+            for error in errors
+        ), errors
+
+    def test_a_stream_closed_before_its_first_tick_is_not_called_for_the_fd_reused(
+        self, loop: Driver
+    ) -> None:
+        # fn(id, stream) gets the object that was registered (SPEC 9.1): a new stream that
+        # took the closed one's fd number is not it.
+        old_reader, old_writer = socket.socketpair()
+        number = old_reader.fileno()
+        called: list[Any] = []
+        errors: list[Exception] = []
+        loop.set_error_handler(errors.append)
+
+        def on_readable(cid: str, stream: Any) -> None:
+            called.append(stream)
+            loop.cancel(cid)
+
+        loop.on_readable(old_reader, on_readable)
+        old_reader.close()
+        old_writer.close()
+        a, b = self.pair()
+        if number not in (a.fileno(), b.fileno()):
+            pytest.skip("the fd number was not reused")
+        (b if a.fileno() == number else a).send(b"for the new stream")
+        barked = self.watchdog(loop, 1.0)
+        loop.run()
+        assert called == []
+        assert len(errors) <= 1 and len(barked) <= 1

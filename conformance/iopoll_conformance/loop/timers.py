@@ -12,6 +12,7 @@ import pytest
 
 from iopoll.loop import Driver
 
+from ..process import alarm
 from .callbacks import appending
 from .harness import DriverHarness
 
@@ -152,3 +153,34 @@ class TimerRules(DriverHarness):
             pytest.skip("registering four timers took 50 ms or more (a loaded machine)")
         loop.run()
         assert order == [0.0, 0.05, 0.1, 0.15]
+
+    def test_a_stalled_repeat_does_not_catch_up(self, loop: Driver) -> None:
+        # SPEC 9.1: repeat re-arms from the clock before it runs, so a tick that came late
+        # is not followed by calls made up for the time lost.
+        starts: list[float] = []
+
+        def repeat(cid: str) -> None:
+            starts.append(time.monotonic())
+            if len(starts) == 3:
+                loop.cancel(cid)
+
+        loop.repeat(0.05, repeat)
+        loop.defer(lambda cid: time.sleep(0.3))  # the loop stalls past several periods
+        loop.run()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+        assert all(gap >= 0.045 for gap in gaps), gaps
+
+    def test_an_infinite_delay_alone_sleeps_without_overflow(self, loop: Driver) -> None:
+        # With nothing but delay(math.inf), run() sleeps: here until a signal handler
+        # raises out of it (PEP 475).
+        class Awoken(Exception):
+            pass
+
+        def wake(signum: int, frame: object) -> None:
+            raise Awoken
+
+        fired: list[str] = []
+        loop.delay(math.inf, fired.append)
+        with alarm(wake, 0.2), pytest.raises(Awoken):
+            loop.run()
+        assert fired == []
