@@ -190,3 +190,26 @@ class BufferedRules:
             assert not watcher.is_active()
             assert waits(ctx, 2) == [{"kept": api.Event.READ}] * 2
             assert len(ctx) == 1
+
+    def test_spec_6_6_one_buffered_byte_is_readable(self, api: Any, ctx: Any) -> None:
+        """SPEC 3 and 6.6: one byte buffered in the stream makes it readable."""
+        client, server = tls_with_pending(b"ab")
+        try:
+            assert client.pending() == 1
+            watcher = ctx.add(client, api.Event.READ, "tls")
+            assert poll_now(ctx) == [watcher]
+        finally:
+            close_all(client, server)
+
+    def test_spec_6_4_a_one_shot_rearmed_reports_buffered_bytes_again(
+        self, api: Any, ctx: Any
+    ) -> None:
+        """SPEC 6.4 and 6.6: buffered bytes fire a one-shot once; modify_events re-arms it,
+        and the bytes still buffered are reported at once."""
+        with _pending_tls() as [(client, _server)]:
+            events = api.Event.READ | api.Event.ONESHOT
+            watcher = ctx.add(client, events, "tls")
+            assert poll_now(ctx) == [watcher]
+            assert poll_now(ctx) == []
+            watcher.modify_events(events)
+            assert poll_now(ctx) == [watcher]

@@ -441,3 +441,29 @@ class ClosedStreamRules:
                 assert raw_reports == [api.Event.ERROR]
         finally:
             os.close(write_fd)
+
+    def test_spec_4_a_closed_streams_report_does_not_stretch_the_wait(
+        self, api: Any, ctx: Any
+    ) -> None:
+        """SPEC 4: a wait lasts its timeout at most.  A report about a stream closed behind
+        a dup, which comes half-way through and is dropped, lets the wait go on for the
+        time that is left, not for the whole timeout again."""
+        a, b = socketpair()
+        idle, idle_peer = socketpair()
+        keep = os.dup(a.fileno())
+        try:
+            with closing_all(b, idle, idle_peer):
+                ctx.add(a, api.Event.READ, "closed")
+                ctx.add(idle, api.Event.READ, "idle")
+                a.close()  # its file lives on through `keep`
+                timer = threading.Timer(0.5, b.send, (b"x",))
+                timer.start()
+                try:
+                    result, elapsed = timed(lambda: ctx.wait(1))
+                finally:
+                    timer.cancel()
+                    timer.join()
+        finally:
+            os.close(keep)
+        assert result == []
+        assert elapsed < 1.4, elapsed

@@ -181,3 +181,25 @@ class HandleRules:
             assert handle.fileno() == stream.fileno()
             stream.close()
             assert handle.is_valid() is False
+
+    def test_spec_3_a_stream_whose_closed_is_true_is_invalid(self, api: ModuleType) -> None:
+        """SPEC 3: is_valid() is false once ``.closed`` is true, even while ``fileno()``
+        still answers an open fd; SPEC 4: add() of it is InvalidHandleError."""
+        a, b = socketpair()
+
+        class ClosedAlready:
+            closed = True
+
+            def fileno(self) -> int:
+                return a.fileno()
+
+        try:
+            stream = ClosedAlready()
+            assert api.StreamPollHandle(stream).is_valid() is False
+            with api.Context() as ctx:
+                with pytest.raises(api.InvalidHandleError):
+                    ctx.add(stream, api.Event.READ)
+                assert len(ctx) == 0
+        finally:
+            a.close()
+            b.close()

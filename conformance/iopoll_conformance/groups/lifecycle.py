@@ -17,7 +17,7 @@ import pytest
 
 from ..process import alarm, in_child
 from ..streams import drain
-from ..support import poll_now, reported, short_wait
+from ..support import poll_now, reported, short_wait, socketpair
 
 FORK_REFUSED_CALLS = ("add", "wait", "modify", "modify_events")
 
@@ -403,3 +403,25 @@ class LifecycleRules:
         assert watcher.has_triggered(e.READ)
         assert watcher.has_triggered(e.READ | e.WRITE)
         assert not watcher.has_triggered(e.HANGUP)
+
+    def test_spec_5_modify_drops_what_a_max_events_cut_kept(
+        self, api: ModuleType, ctx: Any
+    ) -> None:
+        """SPEC 5 and 6.2: modify() replaces the events, also of a watcher whose report a
+        max_events cut keeps for the next wait: it is reported for what it asks now."""
+        pairs = [socketpair() for _ in range(2)]
+        try:
+            for _, b in pairs:
+                b.send(b"x")
+            events = api.Event.READ | api.Event.ONESHOT
+            watchers = {ctx.add(a, events, i): a for i, (a, _) in enumerate(pairs)}
+            first = poll_now(ctx, 1)
+            assert len(first) == 1
+            left = next(w for w in watchers if w not in first)
+            drain(watchers[left])  # nothing to read any more
+            left.modify_events(api.Event.WRITE)
+            assert reported(poll_now(ctx)) == {left.data: api.Event.WRITE}
+        finally:
+            for a, b in pairs:
+                a.close()
+                b.close()

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from ..process import alarm
 from ..streams import closing_all
 from ..support import poll_now, reported, socketpair, timed
 
@@ -371,3 +372,37 @@ class TimerRules:
                 watcher.modify_events(e.TIMER)
         with pytest.raises(api.PollError):
             context.wait(0)
+
+    @pytest.mark.parametrize("max_events", [None, 8], ids=["fast", "limited"])
+    def test_spec_10_a_timer_ends_a_wait_none_beside_an_idle_stream(
+        self, api: ModuleType, ctx: Any, max_events: int | None
+    ) -> None:
+        """SPEC 4 and 10: wait(None) lasts until something is ready, a timer included: an
+        idle stream watched beside it does not make the wait sleep past its deadline."""
+        timer_handle = require(api, "TimerHandle")
+        a, b = socketpair()
+        with closing_all(a, b):
+            ctx.add(b, api.Event.READ, "idle")
+            watcher = ctx.add(timer_handle(0.1), api.Event.TIMER, "timer")
+
+            def stuck(signum: int, frame: object) -> None:
+                raise AssertionError("wait(None) slept past the timer's deadline")
+
+            with alarm(stuck, 5.0):
+                result, elapsed = timed(lambda: ctx.wait(None, 0, max_events))
+        assert result == [watcher]
+        assert 0.1 - _EARLY <= elapsed < _LATE
+
+    def test_spec_10_a_late_periodic_timer_keeps_its_schedule(
+        self, api: ModuleType, ctx: Any
+    ) -> None:
+        """SPEC 10: a periodic timer re-arms from its previous deadline, not from when it
+        was reported: one reported half a period late is due again a period after its
+        deadline (1.0 s after add), not a period after the report (1.25 s)."""
+        timer_handle = require(api, "TimerHandle")
+        before = time.monotonic()
+        watcher = ctx.add(timer_handle(0.5, periodic=True), api.Event.TIMER, "tick")
+        time.sleep(0.75)
+        assert poll_now(ctx) == [watcher]
+        assert ctx.wait(0, 900_000) == [watcher]
+        assert time.monotonic() - before < 1.2

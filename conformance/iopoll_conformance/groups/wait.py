@@ -338,3 +338,47 @@ class WaitRules:
 
         with alarm(raising, 0.1), pytest.raises(_Alarm):
             ctx.wait(5)
+
+    def test_spec_4_one_ready_watcher_more_than_max_events(self, api: ModuleType, ctx: Any) -> None:
+        """SPEC 4: with exactly one ready watcher more than max_events, the wait returns
+        max_events of them; the one left out comes next."""
+        pairs = [socketpair() for _ in range(3)]
+        with closing_all(*(end for pair in pairs for end in pair)):
+            watchers = [ctx.add(a, api.Event.WRITE, index) for index, (a, _) in enumerate(pairs)]
+            first = poll_now(ctx, 2)
+            assert len(first) == 2
+            assert next(w for w in watchers if w not in first) in poll_now(ctx, 2)
+
+    def test_spec_4_remove_drops_what_a_max_events_cut_kept(
+        self, api: ModuleType, ctx: Any
+    ) -> None:
+        """SPEC 4 and 6.2: a watcher removed while a max_events cut keeps its report for
+        the next wait takes that report with it: its stream added again is reported for
+        what the new watcher asks, as it is now."""
+        pairs = [socketpair() for _ in range(2)]
+        with closing_all(*(end for pair in pairs for end in pair)):
+            for _, b in pairs:
+                b.send(b"x")
+            watchers = {ctx.add(a, api.Event.READ | api.Event.ONESHOT, a): a for a, _ in pairs}
+            first = poll_now(ctx, 1)
+            assert len(first) == 1
+            left = next(w for w in watchers if w not in first)
+            stream = watchers[left]
+            drain(stream)  # nothing to read any more
+            left.remove()
+            ctx.add(stream, api.Event.WRITE, "fresh")
+            assert {d: e for d, e in reported(poll_now(ctx)).items() if d == "fresh"} == {
+                "fresh": api.Event.WRITE
+            }
+
+    def test_spec_4_a_sub_millisecond_timeout_is_waited(
+        self, api: ModuleType, caps: Capabilities, ctx: Any, pair: tuple[Any, Any]
+    ) -> None:
+        """SPEC 4: a timeout is a number of seconds, waited as long as asked: 0.9 ms is not
+        rounded down to a poll (an event loop with a timer due in under a millisecond would
+        spin)."""
+        if not caps.float_timeouts:
+            pytest.skip("the implementation takes whole seconds and microseconds")
+        ctx.add(pair[0], api.Event.READ)
+        _, elapsed = timed(lambda: [ctx.wait(0.0009) for _ in range(50)])
+        assert elapsed >= 50 * 0.0009
