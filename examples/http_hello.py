@@ -227,8 +227,8 @@ def run_workers(workers: int, work: Callable[[], None]) -> None:
 
     # The signals wait, blocked, until every child is forked and known to forward(): one
     # that came in between would end the parent alone and leave the children serving.
-    previous = {signum: signal.signal(signum, forward) for signum in forwarded}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
+    previous = {signum: signal.signal(signum, forward) for signum in forwarded}
     try:
         for _ in range(workers):
             pid = os.fork()
@@ -236,7 +236,7 @@ def run_workers(workers: int, work: Callable[[], None]) -> None:
                 code = 0
                 try:
                     for signum, handler in previous.items():
-                        signal.signal(signum, handler)
+                        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                     work()
                 except BaseException:

@@ -283,6 +283,47 @@ def test_a_context_a_handler_closes_ends_the_wait_with_poll_error(
         assert type(caught.value) is iopoll.PollError
 
 
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or Backend.EPOLL not in Backend.available_backends(),
+    reason="needs fork and epoll",
+)
+def test_a_wait_forked_during_whose_os_object_the_child_lacks_is_permission(pairs: Any) -> None:
+    """A signal handler forks while wait() blocks, and the child cannot wait on the OS
+    object (a BSD kqueue, an illumos port: fork does not pass them on; here the child's
+    copy of the epoll fd is closed).  The retry fails with EBADF: still PERMISSION, the
+    code of a Context used in a child, where pure Python said INVALID."""
+    a, b = pairs()
+    reader, writer = os.pipe()
+    parent = os.getpid()
+    with iopoll.Context(Backend.EPOLL) as ctx:
+        ctx.add(a, Event.READ, "parent's")
+        epoll_fd = ctx._mechanism._epoll.fileno()  # type: ignore[attr-defined]
+
+        def fork_now(signum: int, frame: object) -> None:
+            if os.fork() == 0:
+                os.close(epoll_fd)  # not the child's
+            else:
+                b.send(b"x")
+
+        outcome = "no answer"
+        try:
+            with alarm(fork_now, 0.05):
+                try:
+                    outcome = f"returned {[w.data for w in ctx.wait(2)]}"
+                except iopoll.FailedPollOperationError as exc:
+                    outcome = f"{type(exc).__name__} {exc.code.name}"
+        finally:
+            if os.getpid() != parent:  # pragma: no cover - the child
+                os.write(writer, outcome.encode())
+                os._exit(0)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as told:
+            child = told.read().decode()
+        os.wait()
+    assert outcome == "returned [\"parent's\"]"
+    assert child == "FailedPollWaitError PERMISSION"
+
+
 class _Buffered:
     """A stream with ``pending()``, as an ``ssl.SSLSocket`` has, that never holds bytes;
     its ``pending()`` raises once when ``fail`` is set."""

@@ -435,13 +435,15 @@ class ContextState(_Uncopyable):
             self._raise_unusable(error)
         return mechanism
 
-    def _raise_unusable(self, error: type[FailedPollOperationError]) -> NoReturn:
+    def _raise_unusable(
+        self, error: type[FailedPollOperationError], cause: BaseException | None = None
+    ) -> NoReturn:
         if self._closed:
-            raise PollError("Context is closed")
+            raise PollError("Context is closed") from cause
         raise error(
             "Context was created in another process (used after fork)",
             ErrorCode.PERMISSION,
-        )
+        ) from cause
 
     def _check_supported(
         self, mechanism: Mechanism, events: Event, error: type[FailedPollOperationError]

@@ -18,12 +18,7 @@ from typing import Any, NoReturn
 
 from .arguments import FOREVER, MAX_EVENTS_LIMIT, check_max_events, timeout_seconds
 from .context_state import ContextState
-from .errors import (
-    FailedPollWaitError,
-    PollError,
-    Refusal,
-    raised_by_backend,
-)
+from .errors import FailedPollWaitError, Refusal, raised_by_backend
 from .events import Event, decode_bits, os_events
 from .mechanism import Mechanism
 from .watcher import Watcher
@@ -212,10 +207,11 @@ class GeneralWait(ContextState):
         kind = type(mechanism) if mechanism is not None else self._backend._mechanism_class()
         if not raised_by_backend(exc, kind):
             raise exc  # a signal handler's exception leaves wait() unchanged (PEP 475)
-        if self._closed:
-            # A signal handler closed the Context while the poll waited, and the retry on
-            # its closed OS object failed: the wait is a closed Context's (SPEC 4).
-            raise PollError("Context is closed") from exc
+        if self._usable is None:
+            # A signal handler closed the Context while the poll waited, or forked, and the
+            # retry failed on the closed OS object, or in the child on one it did not
+            # inherit (a kqueue): the wait is a closed Context's, or a child's (SPEC 4).
+            self._raise_unusable(FailedPollWaitError, exc)
         raise self._failure(FailedPollWaitError, "Poll wait failed", exc) from exc
 
     def _collect_all(

@@ -128,7 +128,7 @@ class _Blocks:
                 self._block(signals)
             finally:
                 self.busy = False
-            self._unblock_queued()
+                self._unblock_queued()
 
     def unblock(self, signals: tuple[int, ...], keep: Callable[[int], None]) -> None:
         """One watcher fewer for ``signals``; ``keep(signum)`` takes a delivery still pending
@@ -142,7 +142,7 @@ class _Blocks:
                 self._unblock(signals, keep)
             finally:
                 self.busy = False
-            self._unblock_queued()
+                self._unblock_queued()
 
     def _unblock_queued(self) -> None:
         while self.queued:

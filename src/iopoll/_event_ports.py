@@ -232,7 +232,8 @@ def _failure(what: str) -> OSError:
 _ONESHOT = Event.ONESHOT.value
 _ETIME = getattr(errno, "ETIME", errno.ETIMEDOUT)
 # What port_associate and port_dissociate say for an object that is no open fd: EBADFD on
-# illumos (usr/src/uts/common/fs/portfs/port_fd.c); EBADF taken too.
+# illumos (usr/src/uts/common/fs/portfs/port_fd.c).  EBADF, which illumos keeps for a bad
+# port, is taken the same way: this object's port is open until close().
 _CLOSED_FD = frozenset({errno.EBADF, getattr(errno, "EBADFD", errno.EBADF)})
 
 

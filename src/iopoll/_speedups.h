@@ -87,7 +87,8 @@ typedef int (*OsWait)(void *call, int timeout);
  * (WAIT_HANDED_BACK); -1 error (set). */
 typedef int (*Recheck)(void *call);
 
-/* wait_retrying()'s answer when the Recheck said 0. */
+/* wait_retrying()'s answer when the Context is no longer usable (closed, or a fork child)
+ * or the Recheck said 0: the rest of the wait is the Python path's. */
 #define WAIT_HANDED_BACK (-2)
 
 /* Called once, with the GIL, before the first call without it: 0, or -1 with an error. */

@@ -447,7 +447,7 @@ class WsaPollMechanism(Mechanism):
             if count >= 0:
                 return count
             number = calls.last_error()
-            if number == platform.none_valid and self._none_valid():
+            if number and number == platform.none_valid and self._none_valid():
                 return self._all_invalid(nfds)
             if number != platform.interrupted:
                 raise OSError(number, platform.describe(number))

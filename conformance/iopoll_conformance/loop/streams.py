@@ -172,7 +172,7 @@ class StreamRules(DriverHarness):
         if number not in (a.fileno(), b.fileno()):
             pytest.skip("the fd number was not reused")
         (b if a.fileno() == number else a).send(b"for the new stream")
-        barked = self.watchdog(loop, 1.0)
+        self.watchdog(loop, 1.0)  # ends a run() the stale callback keeps going
         loop.run()
         assert called == []
-        assert len(errors) <= 1 and len(barked) <= 1
+        assert len(errors) <= 1, errors

@@ -168,7 +168,7 @@ class TimerRules(DriverHarness):
         loop.defer(lambda cid: time.sleep(0.3))  # the loop stalls past several periods
         loop.run()
         gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
-        assert all(gap >= 0.045 for gap in gaps), gaps
+        assert all(gap >= 0.025 for gap in gaps), gaps  # one that caught up: about 0
 
     def test_an_infinite_delay_alone_sleeps_without_overflow(self, loop: Driver) -> None:
         # With nothing but delay(math.inf), run() sleeps: here until a signal handler
