@@ -88,14 +88,20 @@ def test_more_than_1024_fds(backend: Backend) -> None:
                 b.close()
 
 
+def _file_named(tmp_path: Any, path: str) -> str:
+    """``path`` (``os.devnull``), or for "regular" a file of four bytes made for the test."""
+    if path != "regular":
+        return path
+    name = str(tmp_path / "file.txt")
+    with open(name, "w") as f:
+        f.write("data")
+    return name
+
+
 @pytest.mark.parametrize("path", ["regular", os.devnull])
 def test_regular_file_and_devnull_are_always_ready(tmp_path: Any, path: str) -> None:
-    name = str(tmp_path / "file.txt") if path == "regular" else path
-    if path == "regular":
-        with open(name, "w") as f:
-            f.write("data")
     d = IoPollDriver()
-    with open(name, "rb") as stream:
+    with open(_file_named(tmp_path, path), "rb") as stream:
         got: list[str] = []
 
         def fn(cid: str, s: Any) -> None:
@@ -119,12 +125,8 @@ def test_every_driver_takes_a_regular_file_as_always_ready(
 ) -> None:
     # SelectorsDriver's fallback for what its selector refuses is a PollSelector: a
     # DefaultSelector there (epoll again) refused the file as the first did.
-    name = str(tmp_path / "file.txt") if path == "regular" else path
-    if path == "regular":
-        with open(name, "w") as f:
-            f.write("data")
     d = make()
-    with open(name, "rb") as stream:
+    with open(_file_named(tmp_path, path), "rb") as stream:
         got: list[str] = []
         d.on_readable(stream, lambda cid, s: _discard(got.append(cid), d.cancel(cid)))
         d.run()
