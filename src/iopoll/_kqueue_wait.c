@@ -66,8 +66,8 @@ native_kqueue_of(PyObject *mechanism)
 }
 
 /* A Recheck: whether the kqueue is still the one to wait on after the signal handlers ran.
- * One that made the Context rebuild it, or changed what the C path may do, hands the wait
- * back to Python, which goes on with the Context's object.  (A Context closed by a
+ * A handler that made the Context rebuild it, or changed what the C path may do, hands the
+ * wait back to Python, which goes on with the Context's object.  (A Context closed by a
  * handler never gets here: wait_retrying() hands its wait back first.) */
 static int
 kqueue_recheck(void *call)

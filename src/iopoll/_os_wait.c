@@ -218,9 +218,9 @@ still_usable(PyObject *self)
  * runs in the child, whose wait must not report the parent's fds; another thread closed
  * it.  `recheck`, if given, is asked after the handlers whether the OS object is still the
  * one to wait on (a handler may have made the Context replace it): WAIT_HANDED_BACK when it
- * says 0.  Before it blocks, it sets *started, if NULL, to
- * time.monotonic() (see wait_with()), and calls `prepare`, if given; a wait with no
- * timeout then returns 0 instead if nothing is left that can end it (_can_be_woken). */
+ * says 0.  Before it blocks, it sets *started, if NULL, to time.monotonic() (see
+ * wait_with()), and calls `prepare`, if given; a wait with no timeout then returns 0
+ * instead if nothing is left that can end it (_can_be_woken). */
 int
 wait_retrying(PyObject *self, OsWait wait, void *call, double seconds, Recheck recheck,
               Prepare prepare, PyObject **started)
