@@ -44,6 +44,7 @@ XFAILS: dict[str, str] = {
     "test_spec_6_7_unpollable_always_ready_read_write[KQUEUE-devnull]": _DEVNULL,
     "test_a_handler_that_changes_the_context_during_the_wait[close-None-KQUEUE]": _BINDING,
     "test_a_handler_that_changes_the_context_during_the_wait[close-8-KQUEUE]": _BINDING,
+    "test_a_context_a_handler_closes_ends_the_wait_with_poll_error[KQUEUE]": _BINDING,
 }
 
 # test_speedups_differential.py's cases written for one backend, run on KQUEUE
