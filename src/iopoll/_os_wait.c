@@ -201,15 +201,6 @@ can_be_woken(PyObject *self)
     return can;
 }
 
-/* Whether the Context may still be waited on: 1; 0 once it is closed, or in a child after
- * fork (its _usable is None: _finish_wait then says which); -1 error. */
-static int
-still_usable(PyObject *self)
-{
-    PyObject *usable = peek(self, slots.usable);
-    return usable == NULL ? -1 : usable != Py_None;
-}
-
 /* `wait(call, ...)` for up to `seconds` (< 0: forever), as PEP 475 says: EINTR runs the
  * signal handlers, and one that raises ends the wait with its exception (-1); otherwise the
  * wait goes on for the time that is left.  Another error: what _poll_failed raises (-1).

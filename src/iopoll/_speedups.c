@@ -350,12 +350,11 @@ wait_with(PyObject *self, PyObject **arguments, Held *held)
      * nothing), or forked, and this is the child, whose wait must not report the parent's
      * fds; or, with no reports, the deadline cut the wait short: _finish_wait goes on, or
      * says why not. */
-    PyObject *usable = peek(self, slots.usable);
-    if (usable == NULL) {
+    int usable = still_usable(self);
+    if (usable < 0) {
         goto finally;
     }
-    int unfinished = usable == Py_None
-                     || (cut && PyList_CheckExact(raw) && PyList_GET_SIZE(raw) == 0);
+    int unfinished = !usable || (cut && PyList_CheckExact(raw) && PyList_GET_SIZE(raw) == 0);
     if (PyList_CheckExact(raw) && PyDict_CheckExact(decode) && PyTuple_CheckExact(low)
         && !unfinished) {
         ready = PyList_New(0);

@@ -57,6 +57,15 @@ typedef struct {
  * iopoll.Context. */
 extern Slots slots;
 
+/* Whether the Context may still be waited on: 1; 0 once it is closed, or in a child after
+ * fork (its _usable is None: _finish_wait then says which); -1 error. */
+static inline int
+still_usable(PyObject *self)
+{
+    PyObject *usable = peek(self, slots.usable);
+    return usable == NULL ? -1 : usable != Py_None;
+}
+
 /* Reports that fit on the stack; more get the Context's _native_buffer. */
 #define STACK_REPORTS 256
 
