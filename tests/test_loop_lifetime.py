@@ -18,6 +18,7 @@ ends it, and ``close()`` ends one a resumed main suspension left.
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -263,4 +264,23 @@ def test_cancel_lets_go_of_the_callback_at_once(
     gc.collect()
     assert watch() is None
     assert callback_id not in d.get_identifiers()
+    d.close()
+
+
+@DRIVERS
+def test_the_timer_lists_give_their_memory_back_once_a_burst_ran(cls: type[Any]) -> None:
+    """Ten thousand timers through the enable queue, the heap and the FIFO: once they ran,
+    each list is small again, as ``list.pop()`` and ``del`` leave them.  The C driver keeps
+    a small list's memory from one tick to the next (a lone ``repeat(0)`` would otherwise
+    give it back and take it again in every tick), never a large one's."""
+    d = cls()
+    ran: list[str] = []
+    for index in range(5_000):
+        d.delay(0, ran.append)  # the FIFO, once the heap holds a timer
+        d.delay(0.001 + index * 1e-7, ran.append)  # the heap
+    d.run()
+    assert len(ran) == 10_000
+    small = sys.getsizeof([None] * 32)
+    for name in ("_enable_queue", "_enable_spare", "_timers", "_fifo_seqs", "_fifo_timers"):
+        assert sys.getsizeof(getattr(d, name)) < small, name
     d.close()

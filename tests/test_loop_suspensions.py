@@ -359,6 +359,59 @@ class TestSuspension:
         assert len(suspensions) == total
         assert sorted(resumed) == list(range(total))  # type: ignore[type-var]
 
+    def test_a_tick_suspended_in_activation_shares_no_queue_with_its_successor(
+        self, make: Any
+    ) -> None:
+        """A stream whose ``fileno()`` suspends while a tick activates its callback hands the
+        loop to a successor greenlet in the middle of that tick.  The successor's ticks take
+        no list the suspended tick still holds: the enable queue and the spare list a tick
+        leaves for the next are never one list, and a repeat enabled meanwhile runs once
+        per tick, in order."""
+        d = make()
+        inner = getattr(d, "_driver", d)  # TracingDriver's driver holds the queues
+        reader, writer = socket.socketpair()
+        seen: list[object] = []
+
+        def two_lists() -> bool:
+            return inner._enable_queue is not inner._enable_spare  # type: ignore[no-any-return]
+
+        class Stream:
+            suspend = False
+
+            def fileno(self) -> int:
+                if self.suspend:
+                    self.suspend = False
+                    suspension = d.get_suspension()
+                    seen.append(("suspended", two_lists()))
+                    d.delay(0.05, lambda cid: suspension.resume(None))
+                    suspension.suspend()
+                    seen.append(("resumed", two_lists()))
+                return reader.fileno()
+
+        stream = Stream()
+        stream_id = d.on_readable(stream, lambda cid, s: None)
+        d.disable(stream_id)
+
+        def enable_suspending(cid: str) -> None:
+            stream.suspend = True
+            d.enable(stream_id)
+
+        def count(cid: str) -> None:
+            seen.append(("repeat", two_lists()))
+            if seen.count(("repeat", True)) == 5:
+                d.cancel(cid)
+                d.cancel(stream_id)
+
+        d.defer(enable_suspending)
+        d.delay(0.001, lambda cid: _discard(d.repeat(0.005, count)))
+        try:
+            d.run()
+        finally:
+            reader.close()
+            writer.close()
+        assert seen[0] == ("suspended", True)
+        assert sorted(seen[1:]) == [("repeat", True)] * 5 + [("resumed", True)]
+
     @staticmethod
     def _strand_three(d: Any) -> tuple[list[weakref.ref[object]], list[str]]:
         """Three callbacks that suspend and are never resumed; weak references to a local

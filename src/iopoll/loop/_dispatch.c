@@ -7,6 +7,42 @@
 
 /* -- one tick --------------------------------------------------------------------------- */
 
+/* `spare, self._enable_spare = self._enable_spare, None`, then the spare (or a new list) as
+ * the next tick's queue: 0, or -1 on error. */
+static int
+swap_enable_queue(PyObject *self)
+{
+    PyObject *spare = get_slot(self, S.enable_spare);
+    if (spare == NULL) {
+        return -1;
+    }
+    put(self, S.enable_spare, Py_None); /* the spare is held: nothing dies */
+    if (spare == Py_None) {
+        Py_SETREF(spare, PyList_New(0));
+    }
+    return put_new(self, S.enable_queue, spare);
+}
+
+/* `queue.clear(); self._enable_spare = queue` once the queue is activated: 0, or -1. */
+static int
+emptied(PyObject *self, PyObject *queue)
+{
+    if (PyList_CheckExact(queue)) {
+        if (loop_drop_front(queue, PyList_GET_SIZE(queue)) < 0) {
+            return -1;
+        }
+    }
+    else {
+        PyObject *done = PyObject_CallMethodNoArgs(queue, S.s_clear);
+        if (done == NULL) {
+            return -1;
+        }
+        Py_DECREF(done);
+    }
+    put(self, S.enable_spare, queue);
+    return 0;
+}
+
 PyObject *
 loop_tick(PyObject *self, PyObject *previous_idle)
 {
@@ -28,12 +64,9 @@ loop_tick(PyObject *self, PyObject *previous_idle)
     }
     int waiting = nonempty(enable_queue);
     if (waiting > 0) {
-        if (put_new(self, S.enable_queue, PyList_New(0)) < 0) {
-            Py_DECREF(enable_queue);
-            return NULL;
-        }
-        done = own_method(self, S.s_activate, loop_activate, enable_queue);
-        waiting = done == NULL ? -1 : 0;
+        waiting = swap_enable_queue(self);
+        done = waiting < 0 ? NULL : own_method(self, S.s_activate, loop_activate, enable_queue);
+        waiting = done == NULL ? -1 : emptied(self, enable_queue);
         Py_XDECREF(done);
     }
     Py_DECREF(enable_queue);

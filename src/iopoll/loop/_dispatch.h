@@ -18,7 +18,8 @@
 /* The slots used and the classes and names needed, found by the first install(). */
 typedef struct {
     /* CallbackRegistry */
-    PyMemberDef *callbacks, *id_prefix, *id_index, *enable_queue, *defers, *stale_queued;
+    PyMemberDef *callbacks, *id_prefix, *id_index, *enable_queue, *enable_spare, *defers;
+    PyMemberDef *stale_queued;
     PyMemberDef *live, *timers, *timer_seq, *dead_timers, *signal_callbacks, *signals;
     PyMemberDef *fifo_seqs, *fifo_timers, *fifo_last;
     PyMemberDef *unindexed, *unindexed_limit;
@@ -58,7 +59,7 @@ typedef struct {
     PyObject *s_now, *s_poll, *s_carry, *s_activate, *s_activate_stream, *s_blocking_timeout;
     PyObject *s_enqueue_signals, *s_enqueue_timers, *s_error, *s_refuse_result;
     PyObject *s_deliver_interrupt, *s_drain, *s_tick, *s_run_microtasks;
-    PyObject *s_popleft, *s_append, *s_extend, *s_pending, *s_once, *s_arg, *s_code;
+    PyObject *s_popleft, *s_append, *s_extend, *s_clear, *s_pending, *s_once, *s_arg, *s_code;
     PyObject *s_co_flags, *s_seconds, *s_interval, *s_fn;
     PyObject *s_wait, *s_context_wait, *s_queue_ready, *s_idle_wait, *s_signals_ready, *s_values;
     PyObject *s_suspension, *s_sweep_unindexed, *s_tidy_unindexed;
@@ -347,10 +348,12 @@ typed_call(PyObject *obj, PyTypeObject *type, PyCFunction direct, PyObject *meth
 #define DEQUE_EXTEND(q, x)                                                                \
     typed_call((q), S.deque_type, S.deque_extend_c, S.deque_extend, S.s_extend, (x))
 
-/* heapq.heappush and heapq.heappop on a list of heap entries (_timer_heap.c). */
+/* heapq.heappush and heapq.heappop on a list of heap entries, and `del queue[:count]` for
+ * the queues a tick empties (_timer_heap.c). */
 int loop_heap_push(PyObject *heap, PyObject *item);
 PyObject *loop_heap_pop(PyObject *heap);
 int loop_heap_first(PyObject *entry, PyObject *expiration, PyObject *seq);
+int loop_drop_front(PyObject *list, Py_ssize_t count);
 
 /* The methods install() puts on the driver classes: the registration (_schedule.c),
  * CallbackRegistry's activation and upkeep (_registry.c), the timers' queueing (_timers.c)

@@ -107,6 +107,7 @@ class CallbackRegistry(Driver):
         "_id_prefix",
         "_id_index",
         "_enable_queue",
+        "_enable_spare",
         "_defers",
         "_stale_queued",
         "_live",
@@ -139,6 +140,9 @@ class CallbackRegistry(Driver):
         # disable() leaves its entry here (activation skips what is disabled) and enable()
         # appends one more; ``queued`` counts a record's entries, the last one activates it.
         self._enable_queue: list[Callback] = []
+        # The list a tick emptied, to be the queue after the next one: a loop busy with
+        # repeats and enables makes no list per tick.  None while a tick activates a queue.
+        self._enable_spare: list[Callback] | None = []
         # Deferred callbacks for the next tick.  A disabled one stays here, not invokable; an
         # enable() gives a defer a fresh record, so a stale record never runs.
         self._defers: list[Callback] = []

@@ -152,6 +152,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
     if (!(found.callbacks = member_of(d, "_callbacks")) || !(found.id_prefix = member_of(d, "_id_prefix"))
         || !(found.id_index = member_of(d, "_id_index"))
         || !(found.enable_queue = member_of(d, "_enable_queue"))
+        || !(found.enable_spare = member_of(d, "_enable_spare"))
         || !(found.defers = member_of(d, "_defers"))
         || !(found.stale_queued = member_of(d, "_stale_queued"))
         || !(found.live = member_of(d, "_live")) || !(found.timers = member_of(d, "_timers"))
@@ -253,6 +254,7 @@ make_slots(PyTypeObject *driver_type, PyTypeObject *runner_type)
         {&found.s_popleft, "popleft"},
         {&found.s_append, "append"},
         {&found.s_extend, "extend"},
+        {&found.s_clear, "clear"},
         {&found.s_pending, "pending"},
         {&found.s_once, "once"},
         {&found.s_arg, "arg"},

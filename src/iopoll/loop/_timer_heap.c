@@ -1,7 +1,9 @@
 /* The drivers' timer heap in C: heapq's own algorithm (Lib/heapq.py's _siftdown and _siftup)
  * on the driver's list of (expiration, seq, callback) tuples, so that the Python methods
  * that use heapq on the same list (CallbackRegistry._next_expiration and _sweep_timers)
- * find it laid out exactly as they would have left it. */
+ * find it laid out exactly as they would have left it.  Also the cut that empties the
+ * queues a tick takes whole (the enable queue, the FIFO), which keeps a small list's
+ * memory as the heap's pop does. */
 
 #include "_dispatch.h"
 
@@ -105,16 +107,27 @@ loop_heap_push(PyObject *heap, PyObject *item)
     return sift_down(heap, 0, PyList_GET_SIZE(heap) - 1);
 }
 
-/* list.pop() of a list that is not empty: its last item, as a new reference.  While the
- * list stays at least half full its length is only shortened, as list.pop() itself does
- * then (listobject.c's list_resize keeps the memory) and Cython's fast path for it does;
- * otherwise the slice is deleted, which gives the memory back. */
+/* Whether a list cut down to `left` items keeps its memory: while it stays at least half
+ * full, as list_resize() in listobject.c decides, and also while that memory is small.  A
+ * heap or queue of a few timers then does not give back and take again its memory at
+ * every tick, as list.pop() and del would (a lone repeat(0) timer empties its heap and
+ * the enable queue in each tick). */
+static inline int
+keeps_memory(PyObject *list, Py_ssize_t left)
+{
+    Py_ssize_t allocated = ((PyListObject *)list)->allocated;
+    return allocated <= 16 || left >= allocated >> 1;
+}
+
+/* list.pop() of a list that is not empty: its last item, as a new reference.  When the
+ * list keeps its memory its length is only shortened, as list.pop() itself does then and
+ * Cython's fast path for it does; otherwise the slice is deleted, which gives it back. */
 static inline PyObject *
 pop_last(PyObject *list)
 {
     Py_ssize_t size = PyList_GET_SIZE(list);
     PyObject *last = PyList_GET_ITEM(list, size - 1);
-    if (size - 1 >= ((PyListObject *)list)->allocated >> 1) {
+    if (keeps_memory(list, size - 1)) {
         Py_SET_SIZE(list, size - 1);
         return last;
     }
@@ -124,6 +137,37 @@ pop_last(PyObject *list)
         return NULL;
     }
     return last;
+}
+
+/* `del list[:count]` for a list, count >= 0 (clipped to its length), keeping its memory
+ * as pop_last() does when a few items leave: the enable queue and the FIFO that a tick
+ * empties fill again in the next one.  They leave the list before they are let go, as
+ * del does, since a destructor may run code that uses it. */
+int
+loop_drop_front(PyObject *list, Py_ssize_t count)
+{
+    enum { FEW = 8 };
+    Py_ssize_t size = PyList_GET_SIZE(list);
+    if (count > size) {
+        count = size;
+    }
+    if (count == 0) {
+        return 0; /* a list being sorted shows no items, and no memory */
+    }
+    if (count > FEW || !keeps_memory(list, size - count)) {
+        return PyList_SetSlice(list, 0, count, NULL);
+    }
+    PyObject *gone[FEW];
+    PyObject **items = ((PyListObject *)list)->ob_item;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        gone[i] = items[i];
+    }
+    memmove(items, items + count, (size_t)(size - count) * sizeof(PyObject *));
+    Py_SET_SIZE(list, size - count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_DECREF(gone[i]);
+    }
+    return 0;
 }
 
 /* heapq.heappop: a new reference to the smallest entry.  The callers pop a heap they saw

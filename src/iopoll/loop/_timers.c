@@ -247,8 +247,7 @@ enqueue_fifo(PyObject *self, PyObject *clock)
     }
     /* All of them, unless the clock went back. */
     if (!failed && taken
-        && (PyList_SetSlice(seqs, 0, taken, NULL) < 0
-            || PyList_SetSlice(fifo, 0, taken, NULL) < 0)) {
+        && (loop_drop_front(seqs, taken) < 0 || loop_drop_front(fifo, taken) < 0)) {
         failed = 1;
     }
     Py_XDECREF(queue);
