@@ -8,6 +8,7 @@ import gc
 import inspect
 import socket
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -730,6 +731,35 @@ class TestSuspension:
         d.defer(fn)
         d.run()
         assert errors == ["Must call suspend() before calling resume()"]
+
+    def test_run_from_another_thread_while_the_loop_greenlet_waits_says_so(
+        self, make: Any
+    ) -> None:
+        """A resumed main suspension leaves the loop greenlet waiting in its thread, and a
+        greenlet runs only in the thread that made it: ``run()`` from another thread is
+        refused with a message naming the thread, not as a run from inside a callback.  The
+        first thread runs the loop on."""
+        d = make()
+        suspension = d.get_suspension()
+        d.defer(lambda cid: suspension.resume("back"))
+        assert suspension.suspend() == "back"
+        errors: list[BaseException] = []
+
+        def elsewhere() -> None:
+            try:
+                d.run()
+            except BaseException as error:  # what run() raised, checked below
+                errors.append(error)
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+        assert "waits in the thread where a main suspension was resumed" in str(errors[0])
+        ran: list[str] = []
+        d.defer(ran.append)
+        d.run()
+        assert len(ran) == 1
 
     def test_double_suspend_is_refused(self, make: Any) -> None:
         d = make()

@@ -99,6 +99,13 @@ def greenlet_module() -> ModuleType | None:
     return _module  # type: ignore[return-value]
 
 
+def _root(glet: Any) -> Any:
+    """The main greenlet of the thread ``glet`` belongs to: the end of its parent chain."""
+    while glet.parent is not None:
+        glet = glet.parent
+    return glet
+
+
 def _no_greenlet() -> Any:
     raise RuntimeError("greenlet is not in use")
 
@@ -299,9 +306,17 @@ class LoopRunner:
         fresh = loop is None or loop.dead
         if fresh:
             loop = self.loop = module.greenlet(self._loop_main)
+        current = module.getcurrent()
         try:
-            loop.parent = module.getcurrent()
+            loop.parent = current
         except ValueError:
+            # A cycle (the caller runs inside the loop greenlet), or a greenlet of another
+            # thread: each thread's greenlets descend from its own root.
+            if _root(loop) is not _root(current):
+                raise RuntimeError(
+                    "Cannot run the loop in this thread: its loop greenlet waits in the "
+                    "thread where a main suspension was resumed; run it there"
+                ) from None
             raise RuntimeError("Cannot run the loop from inside one of its callbacks") from None
         self.running = True
         entered = _entered_runners()
