@@ -357,7 +357,7 @@ class AbstractDriver(CallbackRegistry, Generic[P]):
         self._stale_queued = 0  # both queues are emptied below
         enable_queue = self._enable_queue
         if enable_queue:
-            # A tick nested in the activation (the error handler suspended) finds no spare.
+            # A tick nested in the activation (a stream's fileno() suspended) finds no spare.
             spare, self._enable_spare = self._enable_spare, None
             self._enable_queue = [] if spare is None else spare
             self._activate(enable_queue)
