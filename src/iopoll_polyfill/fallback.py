@@ -140,8 +140,13 @@ class Context(_EngineContext):
             # mechanism's translation and the engine's general path: no rule is decided
             # here, and what this loop did (setting _triggered) is done again there.
             started = time.monotonic() if timeout else 0.0
+            # wait(None) asks what is ready now, as the engine's does: with nothing ready
+            # it blocks only while a watcher can still end it, which the engine decides
+            # (one whose stream was closed, or a fired one-shot, cannot).
             try:
-                readable, writable, _ = _select(mechanism.readers, mechanism.writers, (), timeout)
+                readable, writable, _ = _select(
+                    mechanism.readers, mechanism.writers, (), 0 if timeout is None else timeout
+                )
             except OSError as exc:
                 traceback = exc.__traceback__
                 if traceback is not None and traceback.tb_next is None:
@@ -150,9 +155,13 @@ class Context(_EngineContext):
                     # below this one is a signal handler's, and leaves wait() (PEP 475).
                     return _engine_wait(self, timeout, 0, None)
                 raise
+            if timeout is None and not readable and not writable:
+                return _engine_wait(self, None, 0, None)
             ready: list[Watcher] = []
             try:
-                if not writable:
+                if mechanism.changed:
+                    pass  # a signal handler changed the watchers: the translation sorts it
+                elif not writable:
                     reading, count = mechanism.reading, mechanism.count
                     for fd in readable:
                         if reading[fd]:  # KeyError: READ not asked; translation's work
