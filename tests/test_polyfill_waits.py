@@ -15,7 +15,6 @@ let through.  The first three held two bugs of the fused pass; they run on nativ
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -30,6 +29,11 @@ import pytest
 
 import iopoll
 import iopoll_polyfill.fallback as fallback
+from test_polyfill_fused_wait import _fill as fill
+
+pytestmark = pytest.mark.skipif(
+    sys.platform == "win32", reason="POSIX: pipes in select(), signals, fd numbers"
+)
 
 Event = fallback.Event
 READ, WRITE, ERROR, HANGUP = Event.READ, Event.WRITE, Event.ERROR, Event.HANGUP
@@ -61,34 +65,20 @@ def watchdog() -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.fixture
-def pairs() -> Iterator[Callable[[], tuple[socket.socket, socket.socket]]]:
-    """A maker of non-blocking AF_UNIX socket pairs, all closed after the test."""
-    made: list[socket.socket] = []
-
-    def make() -> tuple[socket.socket, socket.socket]:
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        b.setblocking(False)
-        made.extend((a, b))
-        return a, b
-
-    yield make
-    for sock in made:
-        sock.close()
-
-
 def reported(watchers: list[fallback.Watcher]) -> dict[object, Event]:
     return {w.data: w.triggered_events for w in watchers}
 
 
-def fill(sock: socket.socket) -> None:
-    chunk = b"x" * 65536
-    while True:
-        try:
-            sock.send(chunk)
-        except BlockingIOError:
-            return
+def taken_over(fd: int, pairs: Callable[[], tuple[socket.socket, socket.socket]]) -> tuple[
+    socket.socket, socket.socket
+]:
+    """A new pair, one of whose ends took the number ``fd`` (the lowest free one): that end,
+    which nobody watches, and its peer, which can make it readable."""
+    intruder, feeder = pairs()
+    if feeder.fileno() == fd:
+        intruder, feeder = feeder, intruder
+    assert intruder.fileno() == fd
+    return intruder, feeder
 
 
 def later(seconds: float, action: Callable[[], object]) -> threading.Timer:
@@ -188,10 +178,7 @@ def test_a_retired_watcher_report_does_not_cut_a_fused_timeout_short(pairs, time
         assert ctx.wait(0) == []  # fd lists fresh: the next wait is the fused one
         fd = b.fileno()
         b.close()
-        intruder, feeder = pairs()  # the lowest free numbers: one of them is fd
-        if feeder.fileno() == fd:
-            intruder, feeder = feeder, intruder
-        assert intruder.fileno() == fd
+        _, feeder = taken_over(fd, pairs)
         feeder.send(b"x")  # fd is readable again, for a stream nobody watches
         timer = later(0.3, lambda: c.send(b"y"))
         started = time.monotonic()
@@ -339,10 +326,7 @@ def test_a_stale_report_mid_wait_does_not_stretch_the_timeout(pairs) -> None:
         assert ctx.wait(0) == []  # fd lists fresh: the next wait is the fused one
         fd = b.fileno()
         b.close()
-        intruder, feeder = pairs()
-        if feeder.fileno() == fd:
-            intruder, feeder = feeder, intruder
-        assert intruder.fileno() == fd
+        _, feeder = taken_over(fd, pairs)
         timer = later(1.0, lambda: feeder.send(b"x"))
         started = time.monotonic()
         result = ctx.wait(2)
@@ -365,10 +349,7 @@ def test_a_closed_stream_is_not_reported_for_the_bytes_of_its_fds_new_owner(pair
         assert ctx.wait(0) == []  # fd lists fresh: the next wait is the fused one
         fd = b.fileno()
         b.close()
-        intruder, feeder = pairs()
-        if feeder.fileno() == fd:
-            intruder, feeder = feeder, intruder
-        assert intruder.fileno() == fd
+        _, feeder = taken_over(fd, pairs)
         feeder.send(b"not yours")
         assert ctx.wait(0) == []
         assert ctx.wait(0) == []
@@ -421,6 +402,8 @@ def test_the_fd_numbered_fd_setsize_itself_is_refused() -> None:
     """SPEC 7: a fd >= FD_SETSIZE cannot be added: FailedHandleAddError, TOOBIG, naming the
     limit.  fd 1024 itself is the boundary (select() cannot take it either: accepted, it
     would make every later wait() fail with select()'s own ValueError)."""
+    import resource  # POSIX
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft <= fallback.FD_SETSIZE:
         if hard != resource.RLIM_INFINITY and hard <= fallback.FD_SETSIZE:
