@@ -319,6 +319,82 @@ def test_a_level_fd_closed_after_its_report_is_reported_invalid_once(
         os.close(write_fd)
 
 
+def _free_pair_of_numbers() -> int:
+    """An fd number N, N % 8 == 0, with N and N + 1 both free: a set of the two iterates
+    N first (CPython's set of small ints), which fixes the order of a re-association."""
+    for number in range(64, 512, 8):
+        free = True
+        for fd in (number, number + 1):
+            try:
+                os.fstat(fd)
+                free = False
+            except OSError:
+                pass
+        if free:
+            return number
+    pytest.skip("no two free fd numbers below 512")
+
+
+def test_a_removed_fd_leaves_no_pending_invalid_report_to_its_number() -> None:
+    """A level fd closed behind the handle's back is found by the next re-association
+    (EBADFD) and queued as POLLNVAL; a signal handler that raises while the next fd is
+    re-associated leaves wait() with that report still queued.  The program then removes
+    the dead watcher and a new file gets the same number and is added: it must not be
+    reported POLLNVAL, for which the Context would report the new, healthy watcher as ERROR
+    and drop it."""
+    class Boom(Exception):
+        pass
+
+    class SignalAfterAFailedReassociation(EmulatedPorts):
+        armed = False
+        failed = False
+
+        def port_associate(self, port: int, source: int, obj: int, events: int, user: int) -> int:
+            done = super().port_associate(port, source, obj, events, user)
+            if self.armed and done < 0:
+                self.failed = True
+            elif self.armed and self.failed:
+                self.armed = False
+                raise Boom  # where the handler's exception would surface
+            return done
+
+    library = SignalAfterAFailedReassociation()
+    mechanism = EventPortsMechanism.with_library(library)()
+    number = _free_pair_of_numbers()
+    dead, live = number, number + 1
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    os.dup2(b.fileno(), dead)
+    os.dup2(d.fileno(), live)
+    try:
+        mechanism.register(dead, R)
+        mechanism.register(live, R)
+        a.send(b"x")
+        c.send(b"x")
+        assert sorted(mechanism.poll(1.0, -1)) == [(dead, POLLIN), (live, POLLIN)]
+        os.close(dead)  # behind the handle's back
+        library.armed = True
+        with pytest.raises(Boom):
+            mechanism.poll(0.0, -1)
+        assert library.failed
+        mechanism.unregister(dead)  # what remove() or the Context's retiring does
+        e, f = socket.socketpair()
+        with e, f:
+            os.dup2(f.fileno(), dead)  # a new, healthy file on the old number
+            mechanism.register(dead, R)
+            assert mechanism.poll(0.0, -1) == [(live, POLLIN)]
+            assert mechanism.poll(0.0, -1) == [(live, POLLIN)]
+    finally:
+        mechanism.close()
+        for fd in (dead, live):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for sock in (a, b, c, d):
+            sock.close()
+
+
 def test_eintr_is_retried_with_the_time_left(
     emulation: EmulatedPorts, mechanism: EventPortsMechanism, pair: Pair
 ) -> None:

@@ -122,6 +122,30 @@ def test_full_close_is_hangup_for_a_watcher_without_write(
     assert [_reported(ctx), _reported(ctx, 0)] == [expected] * 2
 
 
+def test_a_hangup_probe_that_found_nothing_leaves_nothing_behind(
+    kq: ModuleType, ctx: Any, pairs: Any
+) -> None:
+    """A READ watcher has no write filter, so at its read filter's EV_EOF the mechanism asks
+    a second kqueue (a one-shot write filter) whether writing is over too.  When the socket
+    cannot write the probe finds nothing and must be taken back: left there, it would fire
+    once the socket drains and be what the next probe, of another socket, reads (that
+    socket's peer gone, yet no HANGUP)."""
+    from test_polyfill_fused_wait import _drain, _fill
+
+    a1, b1 = pairs()
+    first = ctx.add(b1, kq.Event.READ, "b1")
+    _fill(b1)  # b1 cannot write
+    a1.shutdown(socket.SHUT_WR)  # a half-close: EV_EOF on b1's read filter
+    assert _reported(ctx) == {"b1": kq.Event.READ}  # the probe found b1 not writable
+    first.remove()
+    _drain(a1)  # b1 can write again: a probe left behind would fire now
+    a2, b2 = pairs()
+    ctx.add(b2, kq.Event.READ, "b2")
+    a2.close()  # the peer gone: both directions over
+    expected = {"b2": kq.Event.READ | kq.Event.HANGUP}
+    assert [_reported(ctx), _reported(ctx, 0)] == [expected] * 2
+
+
 def test_read_hangup_alone_ignores_unread_bytes_without_spinning(
     kq: ModuleType, ctx: Any, pairs: Any
 ) -> None:

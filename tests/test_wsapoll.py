@@ -394,6 +394,25 @@ class _Stop(Exception):
     pass
 
 
+def test_wait_forever_on_fired_one_shots_only_blocks_until_a_handler_raises(
+    ctx: iopoll.Context, pairs: Callable[[], tuple[socket.socket, socket.socket]]
+) -> None:
+    """SPEC 6.12: a context holding only fired one-shots blocks in ``wait(None)`` until a
+    signal handler raises.  WSAPoll refuses an empty array (WSAEINVAL), so the mechanism
+    sleeps instead of calling it, and that sleep must not end by itself."""
+    a, _ = pairs()
+    ctx.add(a, Event.WRITE | Event.ONESHOT, "a")
+    assert [w.data for w in ctx.wait(0)] == ["a"]
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stop
+
+    started = time.monotonic()
+    with alarm(stop, 0.3), pytest.raises(_Stop):
+        ctx.wait(None)
+    assert time.monotonic() - started >= 0.25
+
+
 def test_huge_timeout_is_cut_to_max_timeout(
     monkeypatch: pytest.MonkeyPatch,
     fake_ctx: iopoll.Context,
