@@ -429,6 +429,32 @@ def _tick_queue(cls: Driver, which: str) -> str:
 
 
 @scenario
+def enable_queue_release_order(cls: Driver) -> str:
+    # loop_drop_front (_timer_heap.c), the cut that empties the enable queue after its
+    # activation: the records it holds last are let go in the order list.clear() lets them
+    # go, last first, and so are the streams only they still held (their __del__ runs).
+    d: Any = cls()
+    released: list[int] = []
+
+    class Stream:
+        def __init__(self, number: int, fd: int) -> None:
+            self.number, self.fd = number, fd
+
+        def fileno(self) -> int:
+            return self.fd
+
+        def __del__(self) -> None:
+            released.append(self.number)
+
+    for number in range(4):
+        d.cancel(d.on_readable(Stream(number, 0), _ignore))
+    gc.collect()
+    released.clear()
+    d._tick(False)
+    return f"released: {released}"
+
+
+@scenario
 def tick_enable_queue(cls: Driver) -> str:
     return _tick_queue(cls, "_enable_queue")
 

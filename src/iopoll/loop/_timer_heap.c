@@ -146,7 +146,7 @@ pop_last(PyObject *list)
 int
 loop_drop_front(PyObject *list, Py_ssize_t count)
 {
-    enum { FEW = 8 };
+    enum { FEW = 16 }; /* as many as a list whose memory keeps_memory() keeps can hold */
     Py_ssize_t size = PyList_GET_SIZE(list);
     if (count > size) {
         count = size;
@@ -164,8 +164,8 @@ loop_drop_front(PyObject *list, Py_ssize_t count)
     }
     memmove(items, items + count, (size_t)(size - count) * sizeof(PyObject *));
     Py_SET_SIZE(list, size - count);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        Py_DECREF(gone[i]);
+    for (Py_ssize_t i = count; i-- > 0;) {
+        Py_DECREF(gone[i]); /* last first, as list.clear() and del let them go */
     }
     return 0;
 }
