@@ -47,6 +47,13 @@ XFAILS: dict[str, str] = {
     "test_a_context_a_handler_closes_ends_the_wait_with_poll_error[KQUEUE]": _BINDING,
 }
 
+# Of those, the cases whose outcome over libkqueue varies from run to run: not strict.
+# With the closed stream noticed first, its watcher's EV_DELETE reaches libkqueue after
+# close(), while a dup keeps the old file's epoll registration alive; the old file's
+# readiness then mostly shows on the new stream, but in one full CI run (2026-12-07) it
+# did not, and the case passed.  Not traced inside libkqueue; alone it fails 20 runs of 20.
+NOT_STRICT = frozenset({"test_poll_stream_closed_dup_fd[KQUEUE-True]"})
+
 # test_speedups_differential.py's cases written for one backend, run on KQUEUE
 # (IOPOLL_TEST_FAST_BACKEND=KQUEUE, with the C build over libkqueue).
 if os.environ.get("IOPOLL_TEST_FAST_BACKEND") == "KQUEUE":
@@ -79,7 +86,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         reason = XFAILS.get(item.name)
         if reason is not None:
-            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+            strict = item.name not in NOT_STRICT
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
