@@ -13,10 +13,12 @@ int holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import selectors
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -160,6 +162,26 @@ def _retire_a_closed_fd(loop: Loop, watch: str) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def _pipe_with_end_on(fd: int, watch: str) -> Iterator[tuple[int, int]]:
+    """A new pipe whose read end (``watch`` "reader") or write end is the number ``fd``,
+    which a closed pipe left: moved there with dup2 when the lowest free number went to
+    the other end or elsewhere.  Both ends are closed afterwards."""
+    ends = list(os.pipe())
+    mine = 0 if watch == "reader" else 1
+    if ends[1 - mine] == fd:  # the other end took the number: give it another one
+        ends[1 - mine] = os.dup(fd)
+    if ends[mine] != fd:
+        os.dup2(ends[mine], fd)
+        os.close(ends[mine])
+        ends[mine] = fd
+    try:
+        yield ends[0], ends[1]
+    finally:
+        os.close(ends[0])
+        os.close(ends[1])
+
+
 @pytest.mark.parametrize("backend", POLL_LIKE, ids=lambda b: b.name)
 def test_add_reader_on_a_reused_fd_number_given_as_int(backend: Backend) -> None:
     """POLL and SELECT report an fd closed while registered once (POLLNVAL, EBADF) and
@@ -169,10 +191,7 @@ def test_add_reader_on_a_reused_fd_number_given_as_int(backend: Backend) -> None
     loop = Loop(IoPollSelector(backend))
     try:
         fd = _retire_a_closed_fd(loop, "reader")
-        new_r, new_w = os.pipe()
-        try:
-            if new_r != fd:  # pragma: no cover (the lowest free number is reused)
-                pytest.skip("the fd number was not reused")
+        with _pipe_with_end_on(fd, "reader") as (new_r, new_w):
             woken: list[str] = []
             loop.add_reader(new_r, lambda: woken.append(os.read(new_r, 100).decode()))
             os.write(new_w, b"new")
@@ -180,9 +199,6 @@ def test_add_reader_on_a_reused_fd_number_given_as_int(backend: Backend) -> None
             loop._run_once()
             assert woken == ["new"]
             loop.remove_reader(new_r)
-        finally:
-            os.close(new_r)
-            os.close(new_w)
     finally:
         loop.close()
 
@@ -253,19 +269,13 @@ def test_add_writer_on_a_reused_fd_number_given_as_int(backend: Backend) -> None
     loop = Loop(IoPollSelector(backend))
     try:
         fd = _retire_a_closed_fd(loop, "writer")
-        new_r, new_w = os.pipe()
-        try:
-            if new_w != fd:  # pragma: no cover
-                pytest.skip("the fd number was not reused")
+        with _pipe_with_end_on(fd, "writer") as (_, new_w):
             woken: list[str] = []
             loop.add_writer(new_w, woken.append, "new")  # same events: data alone changes
             loop.call_later(0.5, loop.stop)
             loop._run_once()
             assert woken == ["new"]
             loop.remove_writer(new_w)
-        finally:
-            os.close(new_r)
-            os.close(new_w)
     finally:
         loop.close()
 
@@ -280,10 +290,7 @@ def test_a_fd_registered_again_after_it_was_retired_is_unregistered_by_remove_re
     loop = Loop(IoPollSelector(backend))
     try:
         fd = _retire_a_closed_fd(loop, "reader")
-        new_r, new_w = os.pipe()
-        try:
-            if new_r != fd:  # pragma: no cover
-                pytest.skip("the fd number was not reused")
+        with _pipe_with_end_on(fd, "reader") as (new_r, new_w):
             woken: list[str] = []
             loop.add_reader(new_r, woken.append, "first")
             os.write(new_w, b"x")  # stays unread: the fd is readable from now on
@@ -298,9 +305,6 @@ def test_a_fd_registered_again_after_it_was_retired_is_unregistered_by_remove_re
             loop._run_once()
             assert woken == ["first", "second"]
             loop.remove_reader(new_r)
-        finally:
-            os.close(new_r)
-            os.close(new_w)
     finally:
         loop.close()
 
