@@ -1,0 +1,148 @@
+"""Edges of the loop's tick and drain that the driver contract and the random schedule of
+``test_loop_speedups.py`` do not reach, pinned on every driver.
+
+Each case was written against a single-point mutant of the C dispatch
+(``iopoll/loop/_dispatch.c``, ``_timers.c``, ``_timer_heap.c``, ``_schedule.c``,
+``_registry.c``) that left every other test green (4 of 65 tried; the others were caught,
+hung the suite until pytest-timeout ended it, or change nothing a user can see).  The
+pure-Python drivers (``PyIoPollDriver``, ``PySelectorsDriver``), the reference, run the same
+tests, as ``test_loop_drivers.py`` runs the contract on all of them; with
+``IOPOLL_PURE_PYTHON=1`` every driver is pure.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from iopoll import Backend
+from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver, UncaughtError
+from iopoll.loop._iopoll_driver import PyIoPollDriver
+from iopoll.loop._selectors_driver import PySelectorsDriver
+
+
+def _makers() -> list[object]:
+    """The drivers ``test_loop_drivers.py`` runs the contract on, each backend that is here."""
+    available = Backend.available_backends()
+    makers: list[object] = [
+        pytest.param(SelectorsDriver, id="selectors"),
+        pytest.param(PySelectorsDriver, id="py-selectors"),
+        pytest.param(lambda: TracingDriver(IoPollDriver()), id="tracing"),
+    ]
+    for backend in (Backend.EPOLL, Backend.POLL):
+        makers.append(
+            pytest.param(
+                lambda backend=backend: PyIoPollDriver(backend),
+                id=f"py-iopoll-{backend.value}",
+                marks=pytest.mark.skipif(
+                    backend not in available, reason=f"no {backend.name} backend here"
+                ),
+            )
+        )
+    for backend in (
+        Backend.EPOLL,
+        Backend.KQUEUE,
+        Backend.EVENT_PORTS,
+        Backend.POLL,
+        Backend.WSAPOLL,
+    ):
+        makers.append(
+            pytest.param(
+                lambda backend=backend: IoPollDriver(backend),
+                id=f"iopoll-{backend.value}",
+                marks=pytest.mark.skipif(
+                    backend not in available, reason=f"no {backend.name} backend here"
+                ),
+            )
+        )
+    return makers
+
+
+@pytest.fixture(params=_makers())
+def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    """Each driver in turn, closed after the test."""
+    make: Callable[[], Driver] = request.param
+    made = make()
+    yield made
+    made.close()  # type: ignore[attr-defined]
+
+
+def test_an_error_in_the_callback_that_stops_the_loop_ends_that_run(driver: Driver) -> None:
+    """A callback that calls ``stop()`` and then raises (no error handler) makes that very
+    ``run()`` raise, not a later one: the loop leaves on ``stop()`` and still delivers the
+    pending error on its way out."""
+    ran: list[str] = []
+
+    def fail(callback_id: str) -> None:
+        driver.stop()
+        raise ValueError("boom")
+
+    driver.defer(fail)
+    driver.defer(lambda callback_id: ran.append("later"))
+    with pytest.raises(UncaughtError) as caught:
+        driver.run()
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert ran == []
+    driver.run()  # nothing left pending: the second run only runs the other defer
+    assert ran == ["later"]
+
+
+def test_a_repeating_timer_does_not_grow_memory_as_it_runs(driver: Driver) -> None:
+    """Each run of a repeat leaves nothing behind: the heap entry a due timer is taken from is
+    let go, so that a timer that fires for as long as a program lives does not make it grow
+    (a leaked entry would keep a tuple, its record and the record's floats per run)."""
+    runs = 0
+
+    def tick(callback_id: str) -> None:
+        nonlocal runs
+        runs += 1
+        if runs in (500, 10_500):
+            snapshots.append(tracemalloc.take_snapshot())
+        if runs == 10_500:
+            driver.cancel(callback_id)
+
+    snapshots: list[tracemalloc.Snapshot] = []
+    driver.repeat(0, tick)
+    tracemalloc.start()
+    try:
+        driver.run()
+    finally:
+        tracemalloc.stop()
+    first, last = snapshots
+    grown = sum(stat.size_diff for stat in last.compare_to(first, "filename"))
+    # 10,000 leaked entries would be over a megabyte; the tracing driver keeps no history.
+    assert grown < 200_000, f"{grown} bytes more after 10,000 runs"
+
+
+def test_waiting_for_a_timer_with_no_stream_sleeps(driver: Driver) -> None:
+    """With no stream watched, the wait for the next timer is a sleep, not a spin: the
+    driver takes a small part of the wait in CPU time."""
+    fired: list[float] = []
+    driver.delay(0.3, lambda callback_id: fired.append(time.monotonic()))
+    started, cpu = time.monotonic(), time.process_time()
+    driver.run()
+    used = time.process_time() - cpu
+    assert fired and fired[0] - started >= 0.29
+    assert used < 0.1, f"{used:.3f} s of CPU time for a 0.3 s wait"
+
+
+def test_a_stop_made_while_the_main_greenlet_was_resumed_ends_the_loop_at_once(
+    driver: Driver,
+) -> None:
+    """The main greenlet, resumed, calls ``stop()`` and suspends again: the loop, handed
+    back, checks ``stop()`` before anything else and ends without another tick, so the
+    callback deferred meanwhile does not run and the suspension is left unresumed."""
+    pytest.importorskip("greenlet")
+    suspension = driver.get_suspension()
+    ran: list[str] = []
+    driver.defer(lambda callback_id: suspension.resume(1))
+    assert suspension.suspend() == 1
+    driver.stop()
+    driver.defer(lambda callback_id: ran.append("deferred"))
+    driver.delay(0.2, lambda callback_id: suspension.resume(2))
+    with pytest.raises(RuntimeError, match="without resuming the current suspension"):
+        suspension.suspend()
+    assert ran == []
