@@ -96,7 +96,7 @@ def test_a_single_late_eintr_does_not_restart_the_timeout(
     assert result == []
     assert len(calls) == 1 and calls[0] - started < timeout, (calls, started)
     assert elapsed >= timeout - 0.005, elapsed
-    assert elapsed < timeout + 0.2, elapsed  # a restarted timeout: signal_at + timeout
+    assert elapsed < signal_at + timeout - 0.05, elapsed  # restarted: signal_at + timeout
 
 
 @needs_sigalrm
@@ -129,19 +129,20 @@ def test_a_context_closed_by_another_thread_during_the_wait_raises(
     module: ModuleType, backend: Backend, pairs: MakePair
 ) -> None:
     """A Context that another thread closes while wait() blocks: the wait raises the
-    closed Context's error when the OS wait returns, as the Python path does, rather than
-    returning an empty list as though it had timed out normally.
+    closed Context's error when the OS wait times out, as the Python path does, rather
+    than returning an empty list as though it had ended normally.  (A wait woken by a
+    report finds the closed Context later on either path; a quiet one only here.)
 
     Pins the still_usable() check after the OS call that ran without the GIL.
     """
     _, b = pairs()
     with module.Context(backend) as ctx:
         ctx.add(b, Event.READ, "idle")
-        closer = threading.Timer(0.1, ctx.close)
+        closer = threading.Timer(0.05, ctx.close)
         closer.start()
         try:
             with pytest.raises(PollError, match="closed"):
-                ctx.wait(0.4)
+                ctx.wait(1.0)  # the close comes long before the end, even on a busy machine
         finally:
             closer.join(5)
 
