@@ -24,6 +24,7 @@ The kernel's share of a round trip (three system calls a side) is not in it.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 import time
@@ -33,41 +34,25 @@ from pathlib import Path
 
 import iopoll_polyfill.fallback as polyfill
 
-try:
-    from . import callgrind, plotting
-    from .roundtrip_columns import (
-        BARE_EPOLL,
-        BARE_POLL,
-        BARE_SELECT,
-        COLUMNS,
-        EPOLL_PYTHON_FLOOR,
-        EPOLL_SELECTOR,
-        IOPOLL_EPOLL,
-        IOPOLL_POLL,
-        POLYFILL,
-        SELECT_FIONREAD,
-        SELECT_PYTHON_FLOOR,
-        Column,
-        Drain,
-    )
-except ImportError:  # run as a script (python benchmarks/roundtrip.py): its folder is on the path
-    import callgrind  # type: ignore[no-redef]
-    import plotting  # type: ignore[no-redef]
-    from roundtrip_columns import (  # type: ignore[no-redef]
-        BARE_EPOLL,
-        BARE_POLL,
-        BARE_SELECT,
-        COLUMNS,
-        EPOLL_PYTHON_FLOOR,
-        EPOLL_SELECTOR,
-        IOPOLL_EPOLL,
-        IOPOLL_POLL,
-        POLYFILL,
-        SELECT_FIONREAD,
-        SELECT_PYTHON_FLOOR,
-        Column,
-        Drain,
-    )
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import callgrind, plotting
+from benchmarks.roundtrip_columns import (
+    BARE_EPOLL,
+    BARE_POLL,
+    BARE_SELECT,
+    COLUMNS,
+    EPOLL_PYTHON_FLOOR,
+    EPOLL_SELECTOR,
+    IOPOLL_EPOLL,
+    IOPOLL_POLL,
+    POLYFILL,
+    SELECT_FIONREAD,
+    SELECT_PYTHON_FLOOR,
+    Column,
+    Drain,
+)
 
 try:
     import resource
