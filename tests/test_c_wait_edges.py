@@ -11,7 +11,6 @@ the two are meant to differ, to what the C code promises.  Skipped without the C
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import signal
 import socket
@@ -19,8 +18,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from types import FrameType, ModuleType
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ import iopoll
 import iopoll._native
 import pure_iopoll
 from iopoll import Backend, Event, PollError
+from iopoll_conformance.process import alarm
 
 pytestmark = pytest.mark.skipif(
     not iopoll._native.ACCELERATED, reason="no C fast path: iopoll runs pure Python here"
@@ -53,24 +53,6 @@ MODULES = [
 MakePair = Callable[[], tuple[socket.socket, socket.socket]]  # conftest's ``pairs`` fixture
 
 
-@contextlib.contextmanager
-def sigalrm(handler: Callable[[int, FrameType | None], Any], delay: float) -> Iterator[None]:
-    """One SIGALRM after ``delay`` seconds, handled by ``handler``; the previous handler and
-    interval timer (pytest-timeout's) are put back afterwards."""
-    previous_handler = signal.signal(signal.SIGALRM, handler)
-    previous_timer = signal.setitimer(signal.ITIMER_REAL, delay)
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
-        left, every = previous_timer
-        if left > 0:
-            left = max(left - (time.monotonic() - started), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, every)
-
-
 @needs_sigalrm
 @pytest.mark.parametrize("backend", NATIVE_BACKENDS)
 @pytest.mark.parametrize("module", MODULES)
@@ -90,7 +72,7 @@ def test_a_single_late_eintr_does_not_restart_the_timeout(
     with module.Context(backend) as ctx:
         ctx.add(b, Event.READ, "idle")
         started = time.monotonic()
-        with sigalrm(lambda signum, frame: calls.append(time.monotonic()), signal_at):
+        with alarm(lambda signum, frame: calls.append(time.monotonic()), signal_at):
             result = ctx.wait(timeout)
         elapsed = time.monotonic() - started
     assert result == []
@@ -117,7 +99,7 @@ def test_a_handler_that_closes_the_context_ends_the_c_wait_at_once(
     with iopoll.Context(backend) as ctx:
         ctx.add(b, Event.READ, "idle")
         started = time.monotonic()
-        with sigalrm(lambda signum, frame: ctx.close(), 0.1), pytest.raises(PollError):
+        with alarm(lambda signum, frame: ctx.close(), 0.1), pytest.raises(PollError):
             ctx.wait(timeout)
         elapsed = time.monotonic() - started
     assert elapsed < timeout / 2, elapsed
@@ -326,19 +308,12 @@ def test_a_signal_during_the_first_look_does_not_end_a_timed_wait(
     with raised_fd_limit(2 * idle + 256), module.Context(Backend.POLL) as ctx:
         for _ in range(idle):
             ctx.add(pairs()[1], Event.READ)
-        previous_handler = signal.signal(signal.SIGALRM, lambda signum, frame: calls.append(1))
-        previous_timer = signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
-        try:
+        with alarm(lambda signum, frame: calls.append(1), 0.0003, 0.0003):
             for _ in range(waits):
                 started = time.monotonic()
                 assert ctx.wait(timeout) == []
                 elapsed = time.monotonic() - started
                 if elapsed < timeout - 0.001:
                     early.append(elapsed)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous_handler)
-            if previous_timer[0] > 0:
-                signal.setitimer(signal.ITIMER_REAL, *previous_timer)
     assert len(calls) >= waits  # the signals came
     assert early == []

@@ -40,7 +40,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType, ModuleType
@@ -62,7 +62,7 @@ import iopoll
 import iopoll._native
 import pure_iopoll
 from iopoll import Backend, ErrorCode, Event, NotifyHandle, StreamPollHandle, TimerHandle
-from iopoll_conformance.process import in_child
+from iopoll_conformance.process import alarm, in_child
 
 ACCELERATED = iopoll._native.ACCELERATED
 EPOLL_AVAILABLE = Backend.EPOLL.is_available()
@@ -841,26 +841,6 @@ def test_pollnval_transcripts_agree(form: str, pairs: MakePair) -> None:
 SLACK = 0.005
 
 
-@contextlib.contextmanager
-def sigalrm(
-    handler: Callable[[int, FrameType | None], Any], delay: float, interval: float = 0.0
-) -> Iterator[None]:
-    """SIGALRM after ``delay`` seconds (then every ``interval``), handled by ``handler``; the
-    previous handler and interval timer (pytest-timeout's) are put back afterwards."""
-    previous_handler = signal.signal(signal.SIGALRM, handler)
-    previous_timer = signal.setitimer(signal.ITIMER_REAL, delay, interval)
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
-        left, every = previous_timer
-        if left > 0:
-            left = max(left - (time.monotonic() - started), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, every)
-
-
 class Interrupts:
     """A SIGALRM handler that returns: it counts its calls, notes whether each came while
     ``wait()`` was running (so from its EINTR retry), and stops the timer after ``limit``."""
@@ -921,7 +901,7 @@ def test_eintr_with_a_handler_that_returns_waits_on_for_data(
         thread.start()
         ready.wait(5)
         started = time.monotonic()
-        with sigalrm(interrupts, 0.02, 0.02):
+        with alarm(interrupts, 0.02, 0.02):
             interrupts.waiting = True
             try:
                 result = blocking_wait(ctx)
@@ -967,7 +947,7 @@ def test_eintr_with_a_handler_that_returns_waits_out_the_timeout(
         if timer:
             _with_long_timer(ctx)
         started = time.monotonic()
-        with sigalrm(interrupts, 0.02, 0.02):
+        with alarm(interrupts, 0.02, 0.02):
             interrupts.waiting = True
             try:
                 result = timed_wait(ctx)
@@ -1023,7 +1003,7 @@ def test_eintr_with_a_handler_that_raises(
         if timer:
             _with_long_timer(ctx)
         started = time.monotonic()
-        with sigalrm(handler, 0.05, 1.0), pytest.raises(error, match="from the handler") as caught:
+        with alarm(handler, 0.05, 1.0), pytest.raises(error, match="from the handler") as caught:
             blocking_wait(ctx)
         assert type(caught.value) is error
         assert time.monotonic() - started < 1.0
@@ -1072,7 +1052,7 @@ def _close_and_reopen_in_handler(module: ModuleType, make: MakePair) -> tuple[bo
         c.send(b"x")  # a report due to ``other``, and only to it
 
     try:
-        with sigalrm(handler, 0.05):
+        with alarm(handler, 0.05):
             try:
                 ctx.wait(1.0)
             except iopoll.PollError:
@@ -1136,7 +1116,7 @@ def _rebuild_in_handler(module: ModuleType, blocking_wait: Wait, make: MakePair)
                 ctx.add(fresh, WRITE, "fresh")
 
             started = time.monotonic()
-            with sigalrm(handler, 0.05):
+            with alarm(handler, 0.05):
                 result = _labels(blocking_wait(ctx))
             return result, time.monotonic() - started < 2.0
         finally:
@@ -1185,7 +1165,7 @@ def _nested_in_handler(module: ModuleType, backend: Backend, make: MakePair) -> 
             transcript.append(("nested", _labels(ctx.wait(0.0))))
             once.modify(WRITE | ONESHOT, "once")  # armed again, by the handler
 
-        with sigalrm(handler, 0.05):
+        with alarm(handler, 0.05):
             outer = ctx.wait(5.0)
         transcript.append(("outer", _labels(outer)))
         transcript.append(("after", _labels(ctx.wait(0.0))))
@@ -1233,7 +1213,7 @@ def test_a_handlers_runtime_error_leaves_the_wait(
     with module.Context(backend) as ctx:
         ctx.add(b, READ, "reader")
         started = time.monotonic()
-        with sigalrm(handler, 0.05, 1.0), pytest.raises(RuntimeError, match="from the handler"):
+        with alarm(handler, 0.05, 1.0), pytest.raises(RuntimeError, match="from the handler"):
             ctx.wait(5.0)
         assert time.monotonic() - started < 1.0
 

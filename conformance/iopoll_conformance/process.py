@@ -31,8 +31,9 @@ def _skip(reason: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def alarm(handler: SignalHandler, delay: float) -> Iterator[None]:
-    """Deliver ``SIGALRM`` to this process after ``delay`` seconds, handled by ``handler``.
+def alarm(handler: SignalHandler, delay: float, interval: float = 0.0) -> Iterator[None]:
+    """Deliver ``SIGALRM`` to this process after ``delay`` seconds (then every ``interval``
+    seconds, if given), handled by ``handler``.
 
     Main thread only (the test is skipped elsewhere, or where ``signal.setitimer`` is
     missing).  The previous handler and interval timer (pytest-timeout may use both) are put
@@ -43,7 +44,7 @@ def alarm(handler: SignalHandler, delay: float) -> Iterator[None]:
     if not hasattr(signal, "setitimer"):
         _skip("signal.setitimer is not available")
     previous_handler = signal.signal(signal.SIGALRM, handler)
-    previous_timer = signal.setitimer(signal.ITIMER_REAL, delay)
+    previous_timer = signal.setitimer(signal.ITIMER_REAL, delay, interval)
     start = time.monotonic()
     try:
         yield
