@@ -3,10 +3,12 @@ tests leave.
 
 Each case was written against a single-point mutant of the C wait that every other test
 let through (8 of 53 tried; the others were caught, or change nothing a user can see); its
-docstring names the code it pins.  They use real OS objects (socket pairs, SIGALRM, a second
-thread) and hold the C path to what the pure-Python one (``pure_iopoll``) does, or, where
-the two are meant to differ, to what the C code promises.  Skipped without the C code
-(``IOPOLL_PURE_PYTHON=1``, or ``iopoll._speedups`` not built).
+docstring names the code it pins.  The eighth, an ``int`` subclass from ``fileno()``, is a
+case of ``test_speedups.py::test_the_probe_asks_not_equal_as_python_does``.  They use real
+OS objects (socket pairs, SIGALRM, a second thread) and hold the C path to what the
+pure-Python one (``pure_iopoll``) does, or, where the two are meant to differ, to what the
+C code promises.  Skipped without the C code (``IOPOLL_PURE_PYTHON=1``, or
+``iopoll._speedups`` not built).
 """
 
 from __future__ import annotations
@@ -170,53 +172,6 @@ def test_a_base_exception_from_the_probe_leaves_the_wait(
             ctx.wait(0.1)
         assert not handle.armed  # the probe ran, and raised
         assert ctx.wait(0.1) == [watcher]  # nothing was lost: the byte is still there
-
-
-class _AlwaysUnequal(int):
-    """An fd number that says it differs from every int, its own value included."""
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    def __ne__(self, other: object) -> bool:
-        return True
-
-    __hash__ = int.__hash__
-
-
-@pytest.mark.parametrize("backend", NATIVE_BACKENDS)
-def test_an_int_subclass_from_the_probe_is_compared_with_its_own_ne(
-    backend: Backend, pairs: MakePair
-) -> None:
-    """Python's fast path asks ``probe() != fd``; only an exact int may be compared by value
-    in C.  A ``fileno()`` that answers an int subclass saying it is not ``fd`` means another
-    file there: the watcher is retired, in C as in Python.
-
-    Pins still_open()'s ``PyLong_CheckExact``: with ``PyLong_Check`` the subclass would be
-    taken by its value, and the watcher returned.
-    """
-
-    class Handle:
-        odd = False
-
-        def __init__(self, sock: socket.socket) -> None:
-            self.sock = sock
-
-        def fileno(self) -> int:
-            fd = self.sock.fileno()
-            return _AlwaysUnequal(fd) if self.odd else fd
-
-    outcomes = []
-    for make in (iopoll.Context, pure_iopoll.Context):
-        a, b = pairs()
-        with make(backend) as ctx:
-            handle = Handle(a)
-            watcher = ctx.add(handle, Event.READ, "x")
-            handle.odd = True
-            b.send(b"1")
-            outcomes.append(([w.data for w in ctx.wait(0.1)], watcher.is_active(), len(ctx)))
-    assert outcomes[0] == outcomes[1]
-    assert outcomes[0] == ([], False, 0)
 
 
 @pytest.mark.parametrize("backend", NATIVE_BACKENDS)
