@@ -398,7 +398,7 @@ class _AlwaysUnequal(int):
 @pytest.mark.parametrize(
     ("answer", "outcome"),
     [
-        pytest.param(_NeitherEqualNorUnequal, (["x"], True, 1), id="neither"),
+        pytest.param(_NeitherEqualNorUnequal, (["x"], False, 0), id="neither"),
         pytest.param(_AlwaysUnequal, ([], False, 0), id="unequal"),
     ],
 )
@@ -408,8 +408,9 @@ def test_the_probe_asks_not_equal_as_python_does(
 ) -> None:
     """Python's fast path asks ``probe() != fd``, and only an exact int may be compared by
     value in C (``PyLong_CheckExact``).  A ``fileno()`` answering an int subclass that is
-    neither equal nor unequal is the same stream; one that says it is unequal means another
-    file there, and the watcher is retired: in C as in Python."""
+    neither equal nor unequal is the same stream to the wait, which reports it (and then to
+    ``is_active()``, which asks ``==``, a closed one); one that says it is unequal means
+    another file there, and the wait retires the watcher: in C as in Python."""
     if not getattr(backend, "available", True):
         pytest.skip(f"{backend} is not available here")
 
