@@ -278,25 +278,31 @@ def test_a_release_from_another_thread_then_a_new_watcher_keeps_the_block() -> N
 
 @needs_signal_handles
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
-def test_a_child_closing_an_inherited_context_keeps_its_own_block() -> None:
-    """The child's blocks start afresh: closing (or dropping) the context it inherited must
-    not take one from the block of the child's own watcher."""
+@pytest.mark.parametrize("let_go", ["close", "collect"])
+def test_a_child_letting_go_of_an_inherited_context_keeps_its_own_block(let_go: str) -> None:
+    """The child's blocks start afresh: closing the context it inherited, or the garbage
+    collection of it, must not take one from the block of the child's own watcher (the
+    inherited contexts' releases are detached in the child)."""
+    usr1 = signal.SIGUSR1
     reader, writer = os.pipe()
-    with Context() as ctx:
-        ctx.add(SignalHandle([signal.SIGUSR1]), Event.SIGNAL)
+    holder = [Context()]
+    holder[0].add(SignalHandle([usr1]), Event.SIGNAL)
+    try:
         pid = os.fork()
-        if pid == 0:  # the child: its own watcher, then the inherited context closed
+        if pid == 0:  # the child: its own watcher, then the inherited context let go
             try:
                 mine = Context()
-                handle = SignalHandle([signal.SIGUSR1])
+                handle = SignalHandle([usr1])
                 own = mine.add(handle, Event.SIGNAL)
-                ctx.close()
-                os.kill(os.getpid(), signal.SIGUSR1)
-                ok = (
-                    signal.SIGUSR1 in blocked()
-                    and mine.wait(1) == [own]
-                    and handle.delivered() == [signal.SIGUSR1]
-                )
+                if let_go == "close":
+                    holder[0].close()
+                else:
+                    holder.clear()
+                    gc.collect()
+                still = usr1 in blocked()
+                signal.signal(usr1, signal.SIG_IGN)  # never the default action here
+                os.kill(os.getpid(), usr1)
+                ok = still and mine.wait(1) == [own] and handle.delivered() == [usr1]
                 os.write(writer, b"kept" if ok else b"lost")
             finally:
                 os._exit(0)
@@ -304,6 +310,9 @@ def test_a_child_closing_an_inherited_context_keeps_its_own_block() -> None:
         answer = os.read(reader, 16)
         os.close(reader)
         os.waitpid(pid, 0)
+    finally:
+        for ctx in holder:
+            ctx.close()
     assert answer == b"kept"
 
 

@@ -2,15 +2,16 @@
 
 Each case was written against a single-point mutant of ``src/_iopoll_core/`` that every
 other test let through (17 of 50 tried; the others were caught, or change nothing a user can
-see); its docstring names the bug it pins.  They use real OS objects only: signals sent
-with ``os.kill`` to this process, real children, real fds.  A test that sends a signal
-installs a recording Python handler for it first (``recorded``), so that a delivery the
-implementation fails to take is seen, not fatal, and puts the handler and the mask back.
+see); its docstring names the bug it pins.  One more, a fork child's collection of the
+context it inherited, is a case of ``test_handle_internals.py``'s fork test.  They use real
+OS objects only: signals sent with ``os.kill`` to this process, real children, real fds.  A
+test that sends a signal installs a recording Python handler for it first (``recorded``), so
+that a delivery the implementation fails to take is seen, not fatal, and puts the handler
+and the mask back.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import socket
@@ -233,43 +234,6 @@ def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
         finally:
             os.close(keeper)
     assert blocked() == before
-
-
-@needs_signal_handles
-@needs_fork
-def test_a_child_collecting_an_inherited_context_keeps_its_own_block() -> None:
-    """The child's blocks start afresh: the garbage collection of a context it inherited
-    must not take one from the block of the child's own watcher.
-
-    The bug it pins: the inherited contexts' releases not detached in the child."""
-    usr1 = signal.SIGUSR1
-    reader, writer = os.pipe()
-    holder = [Context()]
-    holder[0].add(SignalHandle([usr1]), Event.SIGNAL)
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: its own watcher, then the inherited context collected
-            try:
-                mine = Context()
-                handle = SignalHandle([usr1])
-                own = mine.add(handle, Event.SIGNAL)
-                holder.clear()
-                gc.collect()
-                still = usr1 in blocked()
-                signal.signal(usr1, signal.SIG_IGN)  # never the default action here
-                os.kill(os.getpid(), usr1)
-                ok = still and mine.wait(1) == [own] and handle.delivered() == [usr1]
-                os.write(writer, b"kept" if ok else b"lost")
-            finally:
-                os._exit(0)
-        os.close(writer)
-        answer = os.read(reader, 16)
-        os.close(reader)
-        os.waitpid(pid, 0)
-    finally:
-        for ctx in holder:
-            ctx.close()
-    assert answer == b"kept"
 
 
 @needs_signal_handles
