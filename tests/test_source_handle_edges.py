@@ -195,7 +195,8 @@ def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
     the block back.
 
     The bug it pins: the failure path forgets ``_unwatch``."""
-    resource = pytest.importorskip("resource")
+    from fd_limit import lowered_fd_limit  # POSIX: resource
+
     usr1 = signal.SIGUSR1
     before = blocked()
     a, b = socket.socketpair()
@@ -210,24 +211,22 @@ def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
         try:
             if handle.fileno() != number:
                 pytest.skip("the signalfd did not get the closed socket's fd number")
-            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             probe = os.open(os.devnull, os.O_RDONLY)
             os.close(probe)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (probe + 16, hard))
             try:
-                try:
-                    while True:
-                        taken.append(os.open(os.devnull, os.O_RDONLY))
-                except OSError:
-                    pass
-                with pytest.raises(iopoll.FailedHandleAddError) as caught:
-                    ctx.add(handle, Event.SIGNAL)
-                assert caught.value.code is ErrorCode.TOOBIG
-                assert blocked() == before
+                with lowered_fd_limit(probe + 16):
+                    try:
+                        while True:
+                            taken.append(os.open(os.devnull, os.O_RDONLY))
+                    except OSError:
+                        pass
+                    with pytest.raises(iopoll.FailedHandleAddError) as caught:
+                        ctx.add(handle, Event.SIGNAL)
+                    assert caught.value.code is ErrorCode.TOOBIG
+                    assert blocked() == before
             finally:
                 for fd in taken:
                     os.close(fd)
-                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
             watcher = ctx.add(handle, Event.SIGNAL)  # fds free again: it works
             assert usr1 in blocked()
             watcher.remove()
