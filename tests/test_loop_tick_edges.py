@@ -12,6 +12,7 @@ tests, as ``test_loop_drivers.py`` runs the contract on all of them; with
 
 from __future__ import annotations
 
+import functools
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -23,45 +24,19 @@ from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver, Un
 from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
 
-
-def _makers() -> list[object]:
-    """The drivers ``test_loop_drivers.py`` runs the contract on, each backend that is here."""
-    available = Backend.available_backends()
-    makers: list[object] = [
-        pytest.param(SelectorsDriver, id="selectors"),
-        pytest.param(PySelectorsDriver, id="py-selectors"),
-        pytest.param(lambda: TracingDriver(IoPollDriver()), id="tracing"),
-    ]
-    for backend in (Backend.EPOLL, Backend.POLL):
-        makers.append(
-            pytest.param(
-                lambda backend=backend: PyIoPollDriver(backend),
-                id=f"py-iopoll-{backend.value}",
-                marks=pytest.mark.skipif(
-                    backend not in available, reason=f"no {backend.name} backend here"
-                ),
-            )
-        )
-    for backend in (
-        Backend.EPOLL,
-        Backend.KQUEUE,
-        Backend.EVENT_PORTS,
-        Backend.POLL,
-        Backend.WSAPOLL,
-    ):
-        makers.append(
-            pytest.param(
-                lambda backend=backend: IoPollDriver(backend),
-                id=f"iopoll-{backend.value}",
-                marks=pytest.mark.skipif(
-                    backend not in available, reason=f"no {backend.name} backend here"
-                ),
-            )
-        )
-    return makers
+# The drivers ``test_loop_drivers.py`` runs the contract on, on every backend here.
+DRIVERS = [
+    pytest.param(SelectorsDriver, id="selectors"),
+    pytest.param(PySelectorsDriver, id="py-selectors"),
+    pytest.param(lambda: TracingDriver(IoPollDriver()), id="tracing"),
+] + [
+    pytest.param(functools.partial(make, backend), id=f"{name}-{backend.name.lower()}")
+    for make, name in ((IoPollDriver, "iopoll"), (PyIoPollDriver, "py-iopoll"))
+    for backend in Backend.available_backends()
+]
 
 
-@pytest.fixture(params=_makers())
+@pytest.fixture(params=DRIVERS)
 def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
     """Each driver in turn, closed after the test."""
     make: Callable[[], Driver] = request.param
