@@ -12,31 +12,17 @@ tests, as ``test_loop_drivers.py`` runs the contract on all of them; with
 
 from __future__ import annotations
 
-import functools
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from iopoll import Backend
-from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver, UncaughtError
-from iopoll.loop._iopoll_driver import PyIoPollDriver
-from iopoll.loop._selectors_driver import PySelectorsDriver
-
-# The drivers ``test_loop_drivers.py`` runs the contract on, on every backend here.
-DRIVERS = [
-    pytest.param(SelectorsDriver, id="selectors"),
-    pytest.param(PySelectorsDriver, id="py-selectors"),
-    pytest.param(lambda: TracingDriver(IoPollDriver()), id="tracing"),
-] + [
-    pytest.param(functools.partial(make, backend), id=f"{name}-{backend.name.lower()}")
-    for make, name in ((IoPollDriver, "iopoll"), (PyIoPollDriver, "py-iopoll"))
-    for backend in Backend.available_backends()
-]
+from every_loop_driver import EVERY_DRIVER
+from iopoll.loop import Driver, UncaughtError
 
 
-@pytest.fixture(params=DRIVERS)
+@pytest.fixture(params=EVERY_DRIVER)
 def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
     """Each driver in turn, closed after the test."""
     make: Callable[[], Driver] = request.param
