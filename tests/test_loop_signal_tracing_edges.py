@@ -11,11 +11,11 @@ drivers run the same tests; with ``IOPOLL_PURE_PYTHON=1`` every driver is pure.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -68,8 +68,12 @@ def current_wakeup_fd() -> int:
 
 
 def kill(signum: int) -> None:
-    """Send ``signum`` to this process."""
-    os.kill(os.getpid(), signum)
+    """Send ``signum`` to the main thread, where these tests run.  A signal sent to the
+    process goes to any thread that does not block it, and a thread another test left
+    running did not inherit a signal handle's block (threads started before it never do)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    signal.pthread_kill(main, signum)
 
 
 @pytest.fixture

@@ -37,6 +37,15 @@ SIGNAL_BACKENDS = [b for b in Backend.available_backends() if b.supports_signal_
 PROCESS_BACKENDS = [b for b in Backend.available_backends() if b.supports_process_handles()]
 
 
+def kill(signum: int) -> None:
+    """Send ``signum`` to the main thread, where these tests run.  A signal sent to the
+    process goes to any thread that does not block it, and a thread another test left
+    running did not inherit the handles' block (threads started before it never do)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    signal.pthread_kill(main, signum)
+
+
 def blocked() -> set[int]:
     """The calling thread's blocked signals."""
     return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
@@ -94,7 +103,7 @@ def test_two_watchers_of_a_signal_keep_it_blocked_until_the_last_goes(backend: B
         kept = two.add(second, Event.SIGNAL)
         gone.remove()
         assert usr1 in blocked()
-        os.kill(os.getpid(), usr1)
+        kill(usr1)
         assert two.wait(1) == [kept]
         assert second.delivered() == [usr1]
         assert calls == []
@@ -115,7 +124,7 @@ def test_delivered_takes_nothing_once_unwatched() -> None:
         handle = SignalHandle([usr2])
         with Context() as ctx:
             ctx.add(handle, Event.SIGNAL).remove()  # the signalfd exists now
-        os.kill(os.getpid(), usr2)
+        kill(usr2)
         assert usr2 in signal.sigpending()
         assert handle.delivered() == []
         assert usr2 in signal.sigpending()  # still the caller's
@@ -135,7 +144,7 @@ def test_delivered_returns_every_queued_real_time_signal() -> None:
         handle = SignalHandle([rt])
         watcher = ctx.add(handle, Event.SIGNAL)
         for _ in range(40):
-            os.kill(os.getpid(), rt)
+            kill(rt)
         assert ctx.wait(1) == [watcher]
         assert handle.delivered() == [rt] * 40
         assert ctx.wait(0) == []
@@ -156,7 +165,7 @@ def test_every_queued_delivery_is_kept_when_the_last_watcher_goes() -> None:
         handle = SignalHandle([rt])
         watcher = ctx.add(handle, Event.SIGNAL)
         for _ in range(3):
-            os.kill(os.getpid(), rt)
+            kill(rt)
         watcher.remove()
         assert rt not in blocked()
         assert handle.delivered() == [rt] * 3
@@ -177,7 +186,7 @@ def test_a_delivery_pending_during_a_deferred_release_never_reaches_the_handler(
         worker = threading.Thread(target=watcher.remove)
         worker.start()
         worker.join()
-        os.kill(os.getpid(), usr1)  # pending: blocked in every thread
+        kill(usr1)  # pending: blocked in this thread still
         handle = SignalHandle([usr1])
         again = ctx.add(handle, Event.SIGNAL)
         assert calls == []
@@ -269,8 +278,8 @@ def test_a_fork_child_gets_a_signal_unblocked_whose_release_waits_for_the_main_t
 
 @needs_signal_handles
 def test_the_signalfd_is_not_inherited_across_exec() -> None:
-    """A handle's signalfd is close-on-exec, as every fd Python makes (PEP 446): a child
-    started with ``close_fds=False`` does not get it.
+    """A handle's signalfd is close-on-exec, as every fd Python makes (PEP 446), so that a
+    child started with ``close_fds=False`` does not get it: its ``FD_CLOEXEC`` flag is set.
 
     The bug it pins: ``signalfd`` made without ``SFD_CLOEXEC``."""
     fcntl = pytest.importorskip("fcntl")
@@ -299,13 +308,13 @@ def test_a_one_shot_signal_watcher_that_found_nothing_stays_armed() -> None:
                 else:
                     oneshot = ctx.add(oneshot_handle, Event.SIGNAL | Event.ONESHOT)
                     plain = ctx.add(plain_handle, Event.SIGNAL)
-                os.kill(os.getpid(), usr1)
+                kill(usr1)
                 first = ctx.wait(1)
                 assert len(first) == 1
                 if first != [plain]:
                     continue  # the one-shot watcher took it: this order proves nothing
                 plain.remove()
-                os.kill(os.getpid(), usr1)
+                kill(usr1)
                 assert ctx.wait(1) == [oneshot]
                 assert oneshot_handle.delivered() == [usr1]
                 break
@@ -365,23 +374,25 @@ def test_the_status_of_a_child_that_dumped_core_is_waitpids(tmp_path: Path) -> N
 
     The bug it pins: ``WCOREDUMP``'s 0x80 lost from ``status``."""
     resource = pytest.importorskip("resource")
-
-    def allow_core() -> None:
-        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-
     _, hard = resource.getrlimit(resource.RLIMIT_CORE)
     if hard != resource.RLIM_INFINITY:
         pytest.skip("RLIMIT_CORE is capped")
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import os; os.abort()"], cwd=tmp_path, preexec_fn=allow_core
-    )
-    handle = ProcessHandle.from_popen(child)
-    with Context() as ctx:
-        watcher = ctx.add(handle, Event.PROCESS)
-        assert ctx.wait(30) == [watcher]
-    status = handle.status
-    _, raw = os.waitpid(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(raw)  # reaped here, not by Popen
+    # The child lifts its own core limit (no preexec_fn: Python code between fork and exec
+    # in a process with threads), then aborts.
+    code = "import os, resource; resource.setrlimit(resource.RLIMIT_CORE, (-1, -1)); os.abort()"
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path)
+    try:
+        handle = ProcessHandle.from_popen(child)
+        with Context() as ctx:
+            watcher = ctx.add(handle, Event.PROCESS)
+            assert ctx.wait(30) == [watcher]
+        status = handle.status
+        _, raw = os.waitpid(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(raw)  # reaped here, not by Popen
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.wait()
     if not os.WCOREDUMP(raw):
         pytest.skip("the kernel wrote no core dump here")
     assert status == raw
