@@ -45,19 +45,20 @@ def test_a_re_armed_timer_does_not_fire_at_its_old_deadline(
         watcher = ctx.add(iopoll.TimerHandle(timeout), Event.TIMER)
         armed_at = time.monotonic()
         time.sleep(timeout * 0.6)
-        watcher.modify_events(Event.TIMER)  # new deadline: now + timeout
-        re_armed_at = time.monotonic()
+        before_re_arm = time.monotonic()  # the new deadline is at least timeout after this
+        watcher.modify_events(Event.TIMER)
         time.sleep(timeout * 0.6)
         # Past the first deadline (and the early timer's), before the new one.
         assert time.monotonic() - armed_at > timeout
-        if time.monotonic() - re_armed_at > timeout * 0.9:
+        first, second = ctx.wait(0), ctx.wait(0)
+        if time.monotonic() - before_re_arm >= timeout:  # the new deadline may have come
             pytest.skip("this machine slept too long to tell the deadlines apart")
-        assert ctx.wait(0) == [early]
-        assert ctx.wait(0) == []
+        assert first == [early]
+        assert second == []
         # The new deadline still fires it, once.
         assert ctx.wait(2.0) == [watcher]
         assert watcher.triggered_events == Event.TIMER
-        assert time.monotonic() - re_armed_at >= timeout - 0.01
+        assert time.monotonic() - before_re_arm >= timeout - 0.001
         assert ctx.wait(0) == []
 
 

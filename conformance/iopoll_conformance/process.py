@@ -51,10 +51,10 @@ def alarm(handler: SignalHandler, delay: float, interval: float = 0.0) -> Iterat
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
-        remaining, interval = previous_timer
+        remaining, every = previous_timer
         if remaining > 0:
             left = max(remaining - (time.monotonic() - start), 0.001)
-            signal.setitimer(signal.ITIMER_REAL, left, interval)
+            signal.setitimer(signal.ITIMER_REAL, left, every)
 
 
 def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
