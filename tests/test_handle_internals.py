@@ -24,14 +24,11 @@ import pytest
 import iopoll
 from _iopoll_core.timers import TimerQueue
 from iopoll import Backend, Context, Event, NotifyHandle, SignalHandle, TimerHandle
+from signal_state import blocked
 
 SIGNALS = Backend.AUTO.supports_signal_handles()
 needs_signal_handles = pytest.mark.skipif(not SIGNALS, reason="no signal handles here")
 BACKENDS = [backend for backend in Backend.available_backends()]
-
-
-def blocked() -> set[int]:
-    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)

@@ -28,6 +28,7 @@ from iopoll.loop import (
     TracingDriver,
 )
 from iopoll.loop._signals import only_thread
+from signal_state import blocked, current_wakeup_fd
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "pthread_sigmask"), reason="needs POSIX signals and pthread_sigmask"
@@ -54,18 +55,6 @@ if not HANDLE_BACKENDS:
     HANDLE_DRIVERS = [pytest.param(None, marks=pytest.mark.skip(reason="no signal handles here"))]
 
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2) if hasattr(signal, "SIGUSR1") else ()
-
-
-def blocked() -> set[int]:
-    """The signals blocked in this (the main) thread."""
-    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
-
-
-def current_wakeup_fd() -> int:
-    """The wakeup fd, read without changing it."""
-    fd = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(fd)
-    return fd
 
 
 def kill(signum: int) -> None:

@@ -4,7 +4,7 @@ of the loop tests do not reach, pinned on every driver.
 Each case was written against a single-point mutant of ``iopoll/loop/_signals.py``,
 ``_tracing.py``, ``_factory.py`` or ``_registry.py`` that left every other loop test green
 (13 of 62 tried; the others, the suspensions' among them, were caught, or change nothing a
-user can see).  Signals are real (``os.kill`` to this process), and each signal test checks
+user can see).  Signals are real (sent to the main thread), and each signal test checks
 that the handlers, the wakeup fd and the mask are back as they were.  The pure-Python
 drivers run the same tests; with ``IOPOLL_PURE_PYTHON=1`` every driver is pure.
 """
@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -31,6 +30,7 @@ from iopoll.loop import (
 )
 from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
+from signal_state import blocked, current_wakeup_fd, kill_main
 
 POSIX_SIGNALS = hasattr(signal, "SIGUSR1") and hasattr(signal, "pthread_sigmask")
 needs_signals = pytest.mark.skipif(not POSIX_SIGNALS, reason="needs POSIX signals")
@@ -53,27 +53,6 @@ def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
     for callback_id in made.get_identifiers():
         made.cancel(callback_id)
     made.close()  # type: ignore[attr-defined]
-
-
-def blocked() -> set[int]:
-    """The signals blocked in this (the main) thread."""
-    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
-
-
-def current_wakeup_fd() -> int:
-    """The wakeup fd, read without changing it."""
-    fd = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(fd)
-    return fd
-
-
-def kill(signum: int) -> None:
-    """Send ``signum`` to the main thread, where these tests run.  A signal sent to the
-    process goes to any thread that does not block it, and a thread another test left
-    running did not inherit a signal handle's block (threads started before it never do)."""
-    main = threading.main_thread().ident
-    assert main is not None
-    signal.pthread_kill(main, signum)
 
 
 @pytest.fixture
@@ -127,18 +106,18 @@ def test_the_last_cancel_gives_back_a_previous_wakeup_fd(
         signal.set_wakeup_fd(writer.fileno())
         got: list[int] = []
         callback_id = driver.on_signal(signal.SIGUSR2, lambda cid, signum: got.append(signum))
-        driver.delay(0.01, lambda cid: kill(signal.SIGUSR2))
+        driver.delay(0.01, lambda cid: kill_main(signal.SIGUSR2))
         driver.delay(0.1, lambda cid: driver.cancel(callback_id))
         driver.run()
         assert got == [signal.SIGUSR2]
         assert current_wakeup_fd() == writer.fileno()
-        assert signal.getsignal(signal.SIGUSR2) is not signal.SIG_DFL  # kill() ends no test
+        assert signal.getsignal(signal.SIGUSR2) is not signal.SIG_DFL  # kill_main() ends no test
         try:
             while reader.recv(4096):  # what the signal wrote while the driver held it, if any
                 pass
         except BlockingIOError:
             pass
-        kill(signal.SIGUSR2)
+        kill_main(signal.SIGUSR2)
         assert recorded == [signal.SIGUSR2]
         assert reader.recv(16) == bytes([signal.SIGUSR2])
     finally:
@@ -165,13 +144,13 @@ def test_a_given_back_wakeup_fd_still_warns_when_full(
         driver.delay(0.01, lambda cid: driver.cancel(callback_id))
         driver.run()
         # (not read back here: current_wakeup_fd() would set it again, with the warning)
-        assert signal.getsignal(signal.SIGUSR2) is not signal.SIG_DFL  # kill() ends no test
+        assert signal.getsignal(signal.SIGUSR2) is not signal.SIG_DFL  # kill_main() ends no test
         try:
             while True:
                 writer.send(b"x" * 65536)
         except BlockingIOError:
             pass
-        kill(signal.SIGUSR2)
+        kill_main(signal.SIGUSR2)
         assert recorded == [signal.SIGUSR2]
         assert len(reported) == 1 and isinstance(reported[0], BlockingIOError)
     finally:
@@ -189,8 +168,8 @@ def test_a_real_time_signal_sent_twice_runs_its_callback_twice(
     ``SignalHandle`` hands over every delivery, the handler sees each)."""
     got: list[int] = []
     callback_id = driver.on_signal(signal.SIGRTMIN, lambda cid, signum: got.append(signum))
-    kill(signal.SIGRTMIN)
-    kill(signal.SIGRTMIN)
+    kill_main(signal.SIGRTMIN)
+    kill_main(signal.SIGRTMIN)
     driver.delay(0.05, lambda cid: driver.cancel(callback_id))
     driver.run()
     assert got == [signal.SIGRTMIN, signal.SIGRTMIN]
@@ -208,7 +187,7 @@ def test_close_gives_back_a_signal_that_several_callbacks_hold(
     driver.on_signal(signal.SIGUSR2, lambda cid, signum: None)
     driver.close()  # type: ignore[attr-defined]
     assert signal.getsignal(signal.SIGUSR1) is handler
-    kill(signal.SIGUSR1)
+    kill_main(signal.SIGUSR1)
     assert recorded == [signal.SIGUSR1]
 
 
@@ -222,7 +201,7 @@ def test_a_signal_taken_for_a_cancelled_callback_never_reaches_a_later_one(
     stale: list[int] = []
     later: list[int] = []
     first = driver.on_signal(signal.SIGUSR1, lambda cid, signum: stale.append(signum))
-    kill(signal.SIGUSR1)
+    kill_main(signal.SIGUSR1)
     driver.cancel(first)
     second = driver.on_signal(signal.SIGUSR1, lambda cid, signum: later.append(signum))
     driver.delay(0.05, lambda cid: driver.cancel(second))

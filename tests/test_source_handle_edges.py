@@ -4,7 +4,7 @@ Each case was written against a single-point mutant of ``src/_iopoll_core/`` tha
 other test let through (17 of 50 tried; the others were caught, or change nothing a user can
 see); its docstring names the bug it pins.  One more, a fork child's collection of the
 context it inherited, is a case of ``test_handle_internals.py``'s fork test.  They use real
-OS objects only: signals sent with ``os.kill`` to this process, real children, real fds.  A
+OS objects only: signals sent to the main thread (``kill_main``), real children, real fds.  A
 test that sends a signal installs a recording Python handler for it first (``recorded``), so
 that a delivery the implementation fails to take is seen, not fatal, and puts the handler
 and the mask back.
@@ -27,6 +27,7 @@ import pytest
 
 import iopoll
 from iopoll import Backend, Context, ErrorCode, Event, NotifyHandle, ProcessHandle, SignalHandle
+from signal_state import blocked, kill_main
 
 SIGNALS = Backend.AUTO.supports_signal_handles()
 PROCESSES = Backend.AUTO.supports_process_handles()
@@ -35,20 +36,6 @@ needs_process_handles = pytest.mark.skipif(not PROCESSES, reason="no process han
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 SIGNAL_BACKENDS = [b for b in Backend.available_backends() if b.supports_signal_handles()]
 PROCESS_BACKENDS = [b for b in Backend.available_backends() if b.supports_process_handles()]
-
-
-def kill(signum: int) -> None:
-    """Send ``signum`` to the main thread, where these tests run.  A signal sent to the
-    process goes to any thread that does not block it, and a thread another test left
-    running did not inherit the handles' block (threads started before it never do)."""
-    main = threading.main_thread().ident
-    assert main is not None
-    signal.pthread_kill(main, signum)
-
-
-def blocked() -> set[int]:
-    """The calling thread's blocked signals."""
-    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
 
 @contextmanager
@@ -103,7 +90,7 @@ def test_two_watchers_of_a_signal_keep_it_blocked_until_the_last_goes(backend: B
         kept = two.add(second, Event.SIGNAL)
         gone.remove()
         assert usr1 in blocked()
-        kill(usr1)
+        kill_main(usr1)
         assert two.wait(1) == [kept]
         assert second.delivered() == [usr1]
         assert calls == []
@@ -124,7 +111,7 @@ def test_delivered_takes_nothing_once_unwatched() -> None:
         handle = SignalHandle([usr2])
         with Context() as ctx:
             ctx.add(handle, Event.SIGNAL).remove()  # the signalfd exists now
-        kill(usr2)
+        kill_main(usr2)
         assert usr2 in signal.sigpending()
         assert handle.delivered() == []
         assert usr2 in signal.sigpending()  # still the caller's
@@ -144,7 +131,7 @@ def test_delivered_returns_every_queued_real_time_signal() -> None:
         handle = SignalHandle([rt])
         watcher = ctx.add(handle, Event.SIGNAL)
         for _ in range(40):
-            kill(rt)
+            kill_main(rt)
         assert ctx.wait(1) == [watcher]
         assert handle.delivered() == [rt] * 40
         assert ctx.wait(0) == []
@@ -165,7 +152,7 @@ def test_every_queued_delivery_is_kept_when_the_last_watcher_goes() -> None:
         handle = SignalHandle([rt])
         watcher = ctx.add(handle, Event.SIGNAL)
         for _ in range(3):
-            kill(rt)
+            kill_main(rt)
         watcher.remove()
         assert rt not in blocked()
         assert handle.delivered() == [rt] * 3
@@ -186,7 +173,7 @@ def test_a_delivery_pending_during_a_deferred_release_never_reaches_the_handler(
         worker = threading.Thread(target=watcher.remove)
         worker.start()
         worker.join()
-        kill(usr1)  # pending: blocked in this thread still
+        kill_main(usr1)  # pending: blocked in this thread still
         handle = SignalHandle([usr1])
         again = ctx.add(handle, Event.SIGNAL)
         assert calls == []
@@ -308,13 +295,13 @@ def test_a_one_shot_signal_watcher_that_found_nothing_stays_armed() -> None:
                 else:
                     oneshot = ctx.add(oneshot_handle, Event.SIGNAL | Event.ONESHOT)
                     plain = ctx.add(plain_handle, Event.SIGNAL)
-                kill(usr1)
+                kill_main(usr1)
                 first = ctx.wait(1)
                 assert len(first) == 1
                 if first != [plain]:
                     continue  # the one-shot watcher took it: this order proves nothing
                 plain.remove()
-                kill(usr1)
+                kill_main(usr1)
                 assert ctx.wait(1) == [oneshot]
                 assert oneshot_handle.delivered() == [usr1]
                 break
