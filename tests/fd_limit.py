@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,3 +34,23 @@ def lowered_fd_limit(limit: int) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@contextmanager
+def no_fd_left() -> Iterator[list[int]]:
+    """Every fd number up to a lowered limit taken (``/dev/null`` descriptors), so that the
+    next fd any call asks for is refused (EMFILE); yields the fds taken, freed on exit."""
+    taken: list[int] = []
+    probe = os.open(os.devnull, os.O_RDONLY)
+    os.close(probe)
+    try:
+        with lowered_fd_limit(probe + 64):
+            try:
+                while True:
+                    taken.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+            yield taken
+    finally:
+        for fd in taken:
+            os.close(fd)

@@ -11,35 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 import iopoll
 import iopoll.aio
-from fd_limit import lowered_fd_limit
+from fd_limit import no_fd_left
 from iopoll import Backend, ErrorCode, Event
-
-
-@contextmanager
-def no_fd_left() -> Iterator[list[int]]:
-    """Every fd number up to a lowered limit taken; yields the fds taken, freed on exit."""
-    taken: list[int] = []
-    probe = os.open(os.devnull, os.O_RDONLY)
-    os.close(probe)
-    try:
-        with lowered_fd_limit(probe + 64):
-            try:
-                while True:
-                    taken.append(os.open(os.devnull, os.O_RDONLY))
-            except OSError:
-                pass
-            yield taken
-    finally:
-        for fd in taken:
-            os.close(fd)
 
 
 @pytest.mark.parametrize("backend", Backend.available_backends(), ids=lambda b: b.name)

@@ -191,13 +191,12 @@ def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
     the block back.
 
     The bug it pins: the failure path forgets ``_unwatch``."""
-    from fd_limit import lowered_fd_limit  # POSIX: resource
+    from fd_limit import no_fd_left  # POSIX: resource
 
     usr1 = signal.SIGUSR1
     before = blocked()
     a, b = socket.socketpair()
     keeper = -1
-    taken: list[int] = []
     with b, Context(Backend.EPOLL) as ctx:
         ctx.add(a, Event.READ)
         number = a.fileno()
@@ -207,22 +206,11 @@ def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
         try:
             if handle.fileno() != number:
                 pytest.skip("the signalfd did not get the closed socket's fd number")
-            probe = os.open(os.devnull, os.O_RDONLY)
-            os.close(probe)
-            try:
-                with lowered_fd_limit(probe + 16):
-                    try:
-                        while True:
-                            taken.append(os.open(os.devnull, os.O_RDONLY))
-                    except OSError:
-                        pass
-                    with pytest.raises(iopoll.FailedHandleAddError) as caught:
-                        ctx.add(handle, Event.SIGNAL)
-                    assert caught.value.code is ErrorCode.TOOBIG
-                    assert blocked() == before
-            finally:
-                for fd in taken:
-                    os.close(fd)
+            with no_fd_left():
+                with pytest.raises(iopoll.FailedHandleAddError) as caught:
+                    ctx.add(handle, Event.SIGNAL)
+                assert caught.value.code is ErrorCode.TOOBIG
+                assert blocked() == before
             watcher = ctx.add(handle, Event.SIGNAL)  # fds free again: it works
             assert usr1 in blocked()
             watcher.remove()
