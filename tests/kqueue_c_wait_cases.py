@@ -33,12 +33,12 @@ import iopoll
 import iopoll._native
 import pure_iopoll
 from iopoll import Backend, Event, TimerHandle
+from iopoll_conformance.process import alarm
 from test_speedups_differential import (
     DIFF_WAITS,
     DIFFERENTIAL,
     DifferentialMachine,
     MakePair,
-    sigalrm,
 )
 
 READ, WRITE, EDGE, ONESHOT = Event.READ, Event.WRITE, Event.EDGE_TRIGGERED, Event.ONESHOT
@@ -318,7 +318,7 @@ def test_a_handler_that_mixes_the_modes_hands_the_wait_to_python(pairs: MakePair
                     assert ctx._usable.native_kqueue == -1
                 a.send(b"x")
 
-            with sigalrm(handler, 0.05):
+            with alarm(handler, 0.05):
                 first = _reported(ctx.wait(5.0))
             b.recv(10)
             return [first, _reported(ctx.wait(0))]
@@ -337,7 +337,7 @@ def test_a_handler_that_closes_the_context_ends_the_wait_as_in_python(pairs: Mak
     def scenario(module: ModuleType) -> list[Any]:
         ctx = module.Context(Backend.KQUEUE)
         ctx.add(b, READ, "idle")
-        with sigalrm(lambda signum, frame: ctx.close(), 0.05):
+        with alarm(lambda signum, frame: ctx.close(), 0.05):
             try:
                 ctx.wait(5.0)
             except iopoll.PollError as exc:
