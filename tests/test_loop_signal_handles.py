@@ -28,7 +28,7 @@ from iopoll.loop import (
     TracingDriver,
 )
 from iopoll.loop._signals import only_thread
-from signal_state import blocked, current_wakeup_fd
+from signal_state import blocked, current_wakeup_fd, kept_signal_state
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "pthread_sigmask"), reason="needs POSIX signals and pthread_sigmask"
@@ -64,19 +64,8 @@ def kill(signum: int) -> None:
 @pytest.fixture(autouse=True)
 def signal_state() -> Iterator[None]:
     """Each test leaves the handlers, the wakeup fd and the mask as it found them."""
-    handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    mask = blocked()
-    wakeup = current_wakeup_fd()
-    yield
-    try:
-        assert {signum: signal.getsignal(signum) for signum in SIGNALS} == handlers
-        assert blocked() == mask
-        assert current_wakeup_fd() == wakeup
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.set_wakeup_fd(wakeup)
+    with kept_signal_state(SIGNALS):
+        yield
 
 
 @pytest.fixture(params=HANDLE_DRIVERS)

@@ -30,7 +30,7 @@ from iopoll.loop import (
 )
 from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
-from signal_state import blocked, current_wakeup_fd, kill_main
+from signal_state import current_wakeup_fd, kept_signal_state, kill_main
 
 POSIX_SIGNALS = hasattr(signal, "SIGUSR1") and hasattr(signal, "pthread_sigmask")
 needs_signals = pytest.mark.skipif(not POSIX_SIGNALS, reason="needs POSIX signals")
@@ -59,21 +59,8 @@ def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
 def signal_state() -> Iterator[None]:
     """The test leaves the handlers, the wakeup fd and the mask as it found them (and a
     signal a broken driver left blocked and pending is ignored, not the process's end)."""
-    handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    mask = blocked()
-    wakeup = current_wakeup_fd()
-    yield
-    try:
-        assert {signum: signal.getsignal(signum) for signum in SIGNALS} == handlers
-        assert blocked() == mask
-        assert current_wakeup_fd() == wakeup
-    finally:
-        for signum in SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        signal.set_wakeup_fd(wakeup)
+    with kept_signal_state(SIGNALS):
+        yield
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -185,7 +185,9 @@ def test_a_delivery_pending_during_a_deferred_release_never_reaches_the_handler(
 
 @needs_signal_handles
 @pytest.mark.skipif(not Backend.EPOLL.is_available(), reason="only epoll rebuilds in add")
-def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
+def test_an_add_refused_by_the_os_leaves_no_block_behind(
+    pairs: Callable[[], tuple[socket.socket, socket.socket]], keepers: list[int]
+) -> None:
     """Nothing half-registered: an add that fails after the handle blocked its signals
     (here the epoll rebuild that a reused fd number forces, with no fd left for it) gives
     the block back.
@@ -195,27 +197,23 @@ def test_an_add_refused_by_the_os_leaves_no_block_behind() -> None:
 
     usr1 = signal.SIGUSR1
     before = blocked()
-    a, b = socket.socketpair()
-    keeper = -1
-    with b, Context(Backend.EPOLL) as ctx:
+    a, _ = pairs()
+    with Context(Backend.EPOLL) as ctx:
         ctx.add(a, Event.READ)
         number = a.fileno()
-        keeper = os.dup(number)  # the epoll entry outlives the close
+        keepers.append(os.dup(number))  # the epoll entry outlives the close
         a.close()
         handle = SignalHandle([usr1])
-        try:
-            if handle.fileno() != number:
-                pytest.skip("the signalfd did not get the closed socket's fd number")
-            with no_fd_left():
-                with pytest.raises(iopoll.FailedHandleAddError) as caught:
-                    ctx.add(handle, Event.SIGNAL)
-                assert caught.value.code is ErrorCode.TOOBIG
-                assert blocked() == before
-            watcher = ctx.add(handle, Event.SIGNAL)  # fds free again: it works
-            assert usr1 in blocked()
-            watcher.remove()
-        finally:
-            os.close(keeper)
+        if handle.fileno() != number:
+            pytest.skip("the signalfd did not get the closed socket's fd number")
+        with no_fd_left():
+            with pytest.raises(iopoll.FailedHandleAddError) as caught:
+                ctx.add(handle, Event.SIGNAL)
+            assert caught.value.code is ErrorCode.TOOBIG
+            assert blocked() == before
+        watcher = ctx.add(handle, Event.SIGNAL)  # fds free again: it works
+        assert usr1 in blocked()
+        watcher.remove()
     assert blocked() == before
 
 
