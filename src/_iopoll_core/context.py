@@ -55,6 +55,11 @@ __all__ = ["Context"]
 # The handles add() is mostly given, which are never Handles (a bool is refused there).
 _PLAIN_STREAMS = frozenset({socket.socket, int})
 
+# The events a stream may be watched for on every backend, with nothing to check: each
+# non-empty set of READ, WRITE, ERROR, HANGUP, READ_HANGUP and ONESHOT.
+# The C add() (iopoll/_registration.c) takes the same set.
+_PLAIN_STREAM_EVENTS = frozenset(Event(bits) for bits in range(1, 1 << 6))
+
 
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
@@ -213,6 +218,32 @@ class Context(GeneralWait):
         ``InvalidHandleError`` if it has no usable fd, and ``FailedHandleAddError`` if the
         backend refuses it.
         """
+        mechanism = self._usable
+        kind = type(handle)
+        if (
+            (kind is socket.socket or kind is int)
+            and type(events) is Event
+            and events in _PLAIN_STREAM_EVENTS
+            and mechanism is not None
+        ):
+            # The usual call.  Its types settle every check below but the fd's: a socket's
+            # fileno() is -1 once closed and never raises, and neither has `closed`.
+            fd = handle if isinstance(handle, int) else handle.fileno()
+            if 0 <= fd <= MAX_FD and fd not in self._watchers and fd not in self._stale_fds:
+                stream = StreamPollHandle._of_checked(handle)
+                try:
+                    mechanism.register(fd, events)  # os_events() of a stream's events
+                except (OSError, Refusal) as exc:
+                    raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
+                watcher = self._watcher_type._make(
+                    self._self_ref, fd, stream, stream._fileno, events, data
+                )
+                self._remember(watcher)
+                return watcher
+        return self._add(handle, events, data)
+
+    def _add(self, handle: Handle | HasFileno | int, events: object, data: Any) -> Watcher:
+        """``add()`` for any arguments: every check, in SPEC 1's order."""
         mechanism = self._usable_mechanism(FailedHandleAddError)
         # A socket or an int fd, the usual handles, skip the ABC's isinstance (Python code).
         if type(handle) in _PLAIN_STREAMS or not isinstance(handle, Handle):
@@ -272,6 +303,7 @@ class Context(GeneralWait):
         probe = fd_probe(handle)
         watcher = self._watcher_type._make(self._self_ref, fd, handle, probe, wanted, data)
         self._remember(watcher)
+        self._remember_buffering(watcher)
         if source is not None and source._holds_process_state:
             self._releases[fd] = weakref.finalize(self, source._unwatch)
         if type(handle) is not StreamPollHandle and isinstance(handle, WeakHandle):

@@ -42,6 +42,11 @@ from .watcher import ACTIVE, REMOVED, RETIRED, Watcher
 
 __all__ = ["ContextState"]
 
+# Looked up once: an Event member read from its class costs an enum metaclass lookup, and
+# every modify() and remove() asks what kind of watcher it has.
+_TIMER = Event.TIMER
+_PROCESS = Event.PROCESS
+
 
 def _no_fd() -> int:
     # A timer watcher's fd probe: it answers the fd it was added with (-1), so the checks
@@ -189,11 +194,15 @@ class ContextState(_Uncopyable):
         if fd >= len(by_fd):
             by_fd.extend([None] * (fd + 1 - len(by_fd)))
         by_fd[fd] = watcher
+
+    def _remember_buffering(self, watcher: Watcher) -> None:
+        """Also record a new watcher whose stream may hold bytes the OS cannot see (an
+        ``ssl.SSLSocket``'s ``pending()``): every wait asks it first."""
         stream = getattr(watcher._handle, "stream", None)
         # A plain socket has no pending(), nor an instance dict to be given one: skipping the
         # getattr skips an AttributeError raised and caught, a microsecond of every add().
         if type(stream) is not socket.socket and callable(getattr(stream, "pending", None)):
-            self._buffered[fd] = watcher
+            self._buffered[watcher._fd] = watcher
             self._refresh_fast_path()
 
     def _forget(self, fd: int) -> None:
@@ -369,14 +378,14 @@ class ContextState(_Uncopyable):
         handle = watcher._handle
         wanted = coerce_events(events, kind, type(handle).__name__)
         mechanism = self._check_modifiable(watcher)
-        if kind is Event.TIMER:  # a TimerHandle's watcher: only those have that kind
+        if kind is _TIMER:  # a TimerHandle's watcher: only those have that kind
             watcher._set_events(wanted)
             self._timers.arm(watcher, cast(TimerHandle, handle))  # re-armed from now (SPEC 10)
             self._refresh_fast_path()
             return
         if not kind:
             self._check_supported(mechanism, wanted, FailedWatcherModificationError)
-        elif kind is Event.PROCESS and not watcher._armed:
+        elif kind is _PROCESS and not watcher._armed:
             watcher._events = wanted  # its exit was reported: never again in this context
             return
         try:
@@ -393,11 +402,12 @@ class ContextState(_Uncopyable):
             self._leftovers[watcher._fd] = 0
 
     def _remove(self, watcher: Watcher) -> None:
-        self._usable_mechanism(FailedWatcherModificationError)
+        if self._usable is None:  # _usable_mechanism(), inlined: remove() is hot in a loop
+            self._raise_unusable(FailedWatcherModificationError)
         if not self._check_alive(watcher):
             return  # its stream was closed: retired, and remove() of that is a no-op
         watcher._state = REMOVED
-        if watcher._kind is Event.TIMER:  # a TimerHandle's watcher
+        if watcher._kind is _TIMER:  # a TimerHandle's watcher
             del self._timers.watchers[cast(TimerHandle, watcher._handle)]
             self._timers.disarm(watcher)
             self._refresh_fast_path()
