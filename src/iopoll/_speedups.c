@@ -561,9 +561,12 @@ install(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     slots = found;
     slots_made = 1;
     data_def[0].offset = found.data->offset;
-    if (set_attribute(context_type, PyDescr_NewMethod(context_type, &wait_def)) < 0
+    /* add() and remove() first: they read the Python methods they replace, and refuse
+     * classes that are not what they read (then nothing is put on either class). */
+    if (install_registration(context_type, watcher_type) < 0
+        || set_attribute(context_type, PyDescr_NewMethod(context_type, &wait_def)) < 0
         || set_attribute(watcher_type, PyDescr_NewMember(watcher_type, data_def)) < 0) {
-        return NULL; /* the slots stay: a class may hold one of the two already */
+        return NULL; /* the slots stay: a class may hold some of the methods already */
     }
     Py_RETURN_NONE;
 

@@ -1,6 +1,6 @@
 /* _speedups.h: what the two files of iopoll._speedups share (see _speedups.c): the
  * Context's and Watcher's slots, the array the fast path holds its watchers in, and the
- * functions _os_wait.c gives _speedups.c. */
+ * functions _os_wait.c and _registration.c give _speedups.c. */
 
 #ifndef IOPOLL_SPEEDUPS_H
 #define IOPOLL_SPEEDUPS_H
@@ -137,5 +137,9 @@ PyObject *kqueue_fast_wait(PyObject *self, PyObject *mechanism, int kq, Py_ssize
                            PyObject *seconds_obj, double seconds, PyObject **started, int cut,
                            Held *held);
 #endif
+
+/* _registration.c: add() on context_type and remove() on watcher_type, in C for their usual
+ * calls; 0, or -1 with an error set. */
+int install_registration(PyTypeObject *context_type, PyTypeObject *watcher_type);
 
 #endif /* IOPOLL_SPEEDUPS_H */
