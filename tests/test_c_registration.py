@@ -287,6 +287,12 @@ def test_a_refused_add_leaves_nothing_behind(module: ModuleType) -> None:
             with pytest.raises(FailedHandleAddError) as raised:
                 ctx.add(a, READ, "x")
             assert raised.value.__cause__ is error and raised.value.__context__ is error
+            try:  # called while another exception is handled: the context is still its own
+                raise LookupError("handled")
+            except LookupError:
+                with pytest.raises(FailedHandleAddError) as raised:
+                    ctx.add(a, READ, "x")
+            assert raised.value.__context__ is error
             assert raised.value.code == (ErrorCode.TOOBIG if isinstance(error, Refusal) else 9)
             assert ctx._watchers == {} and all(w is None for w in ctx._by_fd)
         # Any other exception passes through as it is.

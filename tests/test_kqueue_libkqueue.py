@@ -344,8 +344,7 @@ def c_build_over_libkqueue(tmp_path_factory: pytest.TempPathFactory) -> Path:
     command = [
         compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror",
         f"-I{sysconfig.get_paths()['include']}", "-DIOPOLL_WITH_LIBKQUEUE", f"-I{headers}",
-        str(package / "_speedups.c"), str(package / "_os_wait.c"),
-        str(package / "_kqueue_wait.c"), "-o", str(built),
+        *sorted(str(path) for path in package.glob("*.c")), "-o", str(built),
         str(library), f"-Wl,-rpath,{library.parent}",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)

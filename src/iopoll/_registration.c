@@ -41,14 +41,19 @@ static Registration reg;
 #define ONESHOT_BIT 32L
 #define MAX_FD 2147483647L /* handles.MAX_FD */
 
-/* `raise error from cause` inside `except`, as the Python method raises it; steals error. */
+/* `raise error from cause` in the `except` block that caught cause, as the Python method
+ * raises it; steals error.  Its context is cause even when add() was called while another
+ * exception was being handled (PyErr_SetObject() would make that one its context). */
 static void
 raise_from(PyObject *error, PyObject *cause)
 {
     PyException_SetContext(error, Py_NewRef(cause));
     PyException_SetCause(error, Py_NewRef(cause));
-    PyErr_SetObject((PyObject *)Py_TYPE(error), error);
-    Py_DECREF(error);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(error);
+#else
+    PyErr_Restore(Py_NewRef(Py_TYPE(error)), error, PyException_GetTraceback(error));
+#endif
 }
 
 /* `cls.__new__(cls)` for a class that keeps object's __new__ (no __init__ runs). */
@@ -114,13 +119,15 @@ remember(PyObject *watchers, PyObject *by_fd, PyObject *fd, long fd_value, PyObj
 }
 
 /* try_add()'s answer when the call is the Python method's: nothing was changed. */
-#define NOT_TAKEN ((PyObject *)&reg)
+#define NOT_TAKEN 0
+#define TAKEN 1
 
-/* The fast add of `handle`, an exact int or socket.socket, for `events`, an exact Event: the
- * new watcher, NULL with an error set, or NOT_TAKEN. */
-static PyObject *
-try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data)
+/* The fast add of `handle`, an exact int or socket.socket, for `events`, an exact Event:
+ * NOT_TAKEN, or TAKEN with the new watcher in *added (NULL with an error set). */
+static int
+try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data, PyObject **added)
 {
+    *added = NULL;
     long bits = PyLong_AsLong(events);
     if (bits == -1 && PyErr_Occurred()) {
         PyErr_Clear(); /* bits no Event member has: the Python path refuses them */
@@ -130,39 +137,38 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data)
         return NOT_TAKEN;
     }
     PyObject *mechanism = peek(self, slots.usable);
-    if (mechanism == NULL) {
-        return NULL;
-    }
-    if (mechanism == Py_None) {
-        return NOT_TAKEN; /* closed, or a fork child: the Python path says which */
+    if (mechanism == NULL || mechanism == Py_None) {
+        /* closed, or a fork child: the Python path says which */
+        return mechanism == NULL ? TAKEN : NOT_TAKEN;
     }
     int is_int = Py_IS_TYPE(handle, &PyLong_Type);
     /* `fd = handle if kind is int else handle.fileno()`; the probe is what _hold() keeps. */
     PyObject *probe = PyObject_GetAttr(handle, is_int ? reg.str_index : reg.str_fileno);
     if (probe == NULL) {
-        return NULL;
+        return TAKEN;
     }
     PyObject *fd = is_int ? Py_NewRef(handle) : PyObject_CallNoArgs(probe);
-    PyObject *result = NOT_TAKEN, *watchers = NULL, *by_fd = NULL, *stream = NULL;
+    PyObject *watchers = NULL, *by_fd = NULL, *stream = NULL;
+    int taken = TAKEN;
     if (fd == NULL) {
-        result = NULL;
         goto finally;
     }
     int overflow;
     long fd_value = PyLong_CheckExact(fd) ? PyLong_AsLongAndOverflow(fd, &overflow) : -1;
     if (fd_value < 0 || fd_value > MAX_FD) {
-        goto finally; /* a closed socket's -1, or a number no OS call takes */
+        taken = NOT_TAKEN; /* a closed socket's -1, or a number no OS call takes */
+        goto finally;
     }
     watchers = get_slot(self, slots.watchers);
     by_fd = watchers == NULL ? NULL : get_slot(self, slots.by_fd);
     PyObject *stale = by_fd == NULL ? NULL : peek(self, reg.stale_fds);
     if (stale == NULL) {
-        result = NULL;
         goto finally;
     }
     if (!PyDict_CheckExact(watchers) || !PyList_CheckExact(by_fd) || !PyAnySet_CheckExact(stale)
         || _PyType_Lookup(slots.context_type, reg.str_watcher_type)
                != (PyObject *)slots.watcher_type) {
+        taken = NOT_TAKEN;
         goto finally;
     }
     int known = PyDict_Contains(watchers, fd);
@@ -170,11 +176,10 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data)
         known = PySet_Contains(stale, fd);
     }
     if (known != 0) {
-        result = known < 0 ? NULL : NOT_TAKEN; /* watched already, or stale: Python decides */
+        taken = known < 0 ? TAKEN : NOT_TAKEN; /* watched already, or stale: Python decides */
         goto finally;
     }
     if ((stream = stream_handle(handle, probe)) == NULL) {
-        result = NULL;
         goto finally;
     }
     Py_INCREF(mechanism); /* the call may run code that drops it from the Context */
@@ -183,7 +188,6 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data)
                                                3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(mechanism);
     if (done == NULL) {
-        result = NULL;
         if (PyErr_ExceptionMatches(PyExc_OSError) || PyErr_ExceptionMatches(reg.refusal)) {
             PyObject *exc = fetch_exception();
             PyObject *failure_args[4] = {self, reg.failed_add, reg.what_failed, exc};
@@ -198,10 +202,10 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data)
     }
     Py_DECREF(done);
     PyObject *self_ref = peek(self, reg.self_ref);
-    result = self_ref == NULL ? NULL
+    *added = self_ref == NULL ? NULL
                               : new_watcher(self_ref, fd, stream, probe, events, bits, data);
-    if (result != NULL && remember(watchers, by_fd, fd, fd_value, result) < 0) {
-        Py_CLEAR(result);
+    if (*added != NULL && remember(watchers, by_fd, fd, fd_value, *added) < 0) {
+        Py_CLEAR(*added);
     }
 
 finally:
@@ -210,7 +214,7 @@ finally:
     Py_XDECREF(watchers);
     Py_XDECREF(fd);
     Py_DECREF(probe);
-    return result;
+    return taken;
 }
 
 /* function(self, *args, **kwargs) for a vectorcall method's arguments. */
@@ -240,8 +244,8 @@ fast_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     if (kwnames == NULL && (nargs == 2 || nargs == 3) && Py_IS_TYPE(self, slots.context_type)
         && (Py_IS_TYPE(args[0], &PyLong_Type) || Py_IS_TYPE(args[0], reg.socket_type))
         && Py_IS_TYPE(args[1], reg.event_type)) {
-        PyObject *watcher = try_add(self, args[0], args[1], nargs == 3 ? args[2] : Py_None);
-        if (watcher != NOT_TAKEN) {
+        PyObject *watcher;
+        if (try_add(self, args[0], args[1], nargs == 3 ? args[2] : Py_None, &watcher)) {
             return watcher;
         }
     }
