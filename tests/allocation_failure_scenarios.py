@@ -1,5 +1,5 @@
-"""Scenarios that fail one allocation at a time inside the C paths: the Context's C ``wait()``
-and the loop's C dispatch.
+"""Scenarios that fail one allocation at a time inside the C paths: the Context's C ``wait()``,
+``add()`` and ``remove()``, and the loop's C dispatch.
 
 Each scenario makes fresh objects, then runs one operation with CPython's allocator made to
 fail its k-th allocation (``_testcapi.set_nomemory(k, k + 1)``), for k = 0, 1, 2 ... until the
@@ -95,6 +95,51 @@ def context_wait(stack: ExitStack, backend_name: str, mode: str) -> Operation:
             assert seen == expected, (seen, expected)
 
     return (lambda: ctx.wait(0, 0, max_events)), check
+
+
+# -- the Context's C add() and remove() ----------------------------------------------------
+
+
+@scenario(
+    *(
+        f"register-{backend}-{kind}"
+        for backend in ("EPOLL", "POLL", "SELECT")
+        for kind in ("socket", "int", "handle", "remove")
+    )
+)
+def context_register(stack: ExitStack, backend_name: str, kind: str) -> Operation:
+    import iopoll
+    from iopoll import Event
+
+    ctx = stack.enter_context(iopoll.Context(iopoll.Backend[backend_name]))
+    ((a, b),) = pairs(stack, 1)
+    b.send(b"x")
+    fd = a.fileno()
+
+    def handle() -> object:  # a StreamPollHandle takes add()'s general path
+        return {"int": fd, "handle": iopoll.StreamPollHandle(a)}.get(kind, a)
+
+    # Once through first, so that what the path caches (an Event's checks, its encoding) is
+    # there: the walk then reaches every allocation of the operation itself.
+    ctx.add(handle(), Event.READ, "warm").remove()
+    kept = ctx.add(a, Event.READ, "kept") if kind == "remove" else None
+
+    def operation() -> object:
+        if kept is not None:
+            return kept.remove()
+        return ctx.add(handle(), Event.READ, "new")
+
+    def check(raised: bool) -> None:
+        # Either the fd is watched, and reported, or it is not watched at all, and a new add()
+        # of it works: no record without its registration, nor the other way round.
+        watcher = ctx._watchers.get(fd)
+        if watcher is not None:
+            assert ctx.wait(0) == [watcher] and watcher.data in ("kept", "new")
+            watcher.remove()
+        assert ctx._watchers == {} and all(entry is None for entry in ctx._by_fd)
+        assert ctx.add(a, Event.READ, "again") and ctx.wait(0)[0].data == "again"
+
+    return operation, check
 
 
 # -- the loop's C dispatch -------------------------------------------------------------------

@@ -40,19 +40,29 @@ WAITS = [
     for mode in MODES
     if backend in BACKENDS
 ]
+REGISTRATIONS = [
+    pytest.param(f"register-{backend}-{kind}", id=f"{backend}-{kind}")
+    for backend in ("EPOLL", "POLL", "SELECT")
+    for kind in ("socket", "int", "handle", "remove")
+    if backend in BACKENDS
+]
 LOOPS = ["loop-defer", "loop-delay", "loop-repeat", "loop-io", "loop-signal", "loop-register"]
 
 
-def walk(name: str) -> int:
-    """Run scenario ``name`` in a child; how many allocations it failed."""
+def walk(name: str, *, pure: bool = False) -> int:
+    """Run scenario ``name`` in a child (``pure``: with ``IOPOLL_PURE_PYTHON=1``); how many
+    allocations it failed."""
     path = [str(TESTS), str(SOURCES), os.environ.get("PYTHONPATH")]
     imports = os.pathsep.join(filter(None, path))
     # Under .ci/sanitizers' ASan run PYTHONMALLOC=malloc is kept: ASan then sees every block.
     allocator = "malloc" if os.environ.get("PYTHONMALLOC") == "malloc" else "debug"
+    env = {**os.environ, "PYTHONMALLOC": allocator, "PYTHONPATH": imports}
+    if pure:
+        env["IOPOLL_PURE_PYTHON"] = "1"
     done = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-m", "allocation_failure_scenarios", name],
         cwd=TESTS,
-        env={**os.environ, "PYTHONMALLOC": allocator, "PYTHONPATH": imports},
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -78,3 +88,17 @@ def test_the_c_wait_raises_memory_error_and_answers_the_next_wait(name: str) -> 
 @pytest.mark.parametrize("name", LOOPS)
 def test_the_c_loop_raises_memory_error(name: str) -> None:
     assert walk(name) >= 1
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["C", "pure"])
+@pytest.mark.parametrize("name", REGISTRATIONS)
+def test_a_failed_add_leaves_no_record_and_no_registration(name: str, pure: bool) -> None:
+    """SPEC 1: nothing half-registered after a failed call, even when the failure is a
+    MemoryError after the OS took the fd (the watcher, or a record of it, could not be
+    made): the OS forgets the fd, and the next add() of it works.  Each allocation of
+    add(), and of remove(), failed in turn, in C and in pure Python."""
+    if not pure and not WAIT_IN_C:
+        pytest.skip("iopoll._speedups is not in use")
+    failed = walk(name, pure=pure)
+    if not name.endswith("remove"):
+        assert failed >= 1  # remove() may allocate nothing at all

@@ -235,10 +235,14 @@ class Context(GeneralWait):
                     mechanism.register(fd, events)  # os_events() of a stream's events
                 except (OSError, Refusal) as exc:
                     raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
-                watcher = self._watcher_type._make(
-                    self._self_ref, fd, stream, stream._fileno, events, data
-                )
-                self._remember(watcher)
+                try:
+                    watcher = self._watcher_type._make(
+                        self._self_ref, fd, stream, stream._fileno, events, data
+                    )
+                    self._remember(watcher)
+                except BaseException:  # MemoryError
+                    self._unadd(fd, None)
+                    raise
                 return watcher
         return self._add(handle, events, data)
 
@@ -300,14 +304,18 @@ class Context(GeneralWait):
                 source._unwatch()
             raise self._failure(FailedHandleAddError, "Failed to add handle", exc) from exc
 
-        probe = fd_probe(handle)
-        watcher = self._watcher_type._make(self._self_ref, fd, handle, probe, wanted, data)
-        self._remember(watcher)
-        self._remember_buffering(watcher)
-        if source is not None and source._holds_process_state:
-            self._releases[fd] = weakref.finalize(self, source._unwatch)
-        if type(handle) is not StreamPollHandle and isinstance(handle, WeakHandle):
-            handle._watchers.add(watcher)
+        try:
+            probe = fd_probe(handle)
+            watcher = self._watcher_type._make(self._self_ref, fd, handle, probe, wanted, data)
+            self._remember(watcher)
+            self._remember_buffering(watcher)
+            if source is not None and source._holds_process_state:
+                self._releases[fd] = weakref.finalize(self, source._unwatch)
+            if type(handle) is not StreamPollHandle and isinstance(handle, WeakHandle):
+                handle._watchers.add(watcher)
+        except BaseException:  # MemoryError, or the handle's own error
+            self._unadd(fd, source)
+            raise
         return watcher
 
     def on_watcher_removed(self, callback: Callable[[Watcher], object] | None = None) -> None:

@@ -187,13 +187,13 @@ class ContextState(_Uncopyable):
         self._refresh_fast_path()
 
     def _remember(self, watcher: Watcher) -> None:
-        """Record a new watcher under its fd."""
+        """Record a new watcher under its fd: in both tables, or (MemoryError) in neither."""
         fd = watcher._fd
-        self._watchers[fd] = watcher
         by_fd = self._by_fd
         if fd >= len(by_fd):
             by_fd.extend([None] * (fd + 1 - len(by_fd)))
-        by_fd[fd] = watcher
+        self._watchers[fd] = watcher
+        by_fd[fd] = watcher  # allocates nothing: it cannot fail after the dict took it
 
     def _remember_buffering(self, watcher: Watcher) -> None:
         """Also record a new watcher whose stream may hold bytes the OS cannot see (an
@@ -204,6 +204,20 @@ class ContextState(_Uncopyable):
         if type(stream) is not socket.socket and callable(getattr(stream, "pending", None)):
             self._buffered[watcher._fd] = watcher
             self._refresh_fast_path()
+
+    def _unadd(self, fd: int, source: SourceHandle | None) -> None:
+        """Undo an ``add()`` that failed once the OS took ``fd`` (a ``MemoryError``, or a
+        handle's own error): no record of it is left, and the OS forgets it (SPEC 1)."""
+        if self._watchers.pop(fd, None) is not None:
+            self._by_fd[fd] = None
+        if self._buffered.pop(fd, None) is not None:
+            self._refresh_fast_path()
+        release = self._releases.pop(fd, None)
+        if release is not None:
+            release.detach()
+        self._unregister(fd)
+        if source is not None:
+            source._unwatch()
 
     def _forget(self, fd: int) -> None:
         """Drop every record of ``fd``: its watcher, buffered bytes and left-over report."""

@@ -89,16 +89,24 @@ class PollMechanism(Mechanism):
 
     def register(self, fd: int, events: int) -> None:
         mask = poll_mask(events)
-        self._poll_object.register(fd, mask)
         index = self._entries.get(fd)
         if index is None:  # a new fd goes last, as in the poll object's dict
             if self._holes and len(self.native_pollfds) // _POLLFD.size >= _open_files_limit():
                 # poll(2) refuses more entries than RLIMIT_NOFILE (EINVAL), holes included:
                 # drop the holes first, which leaves room (every live entry is an open fd).
                 self._compact()
-            self._entries[fd] = len(self.native_pollfds) // _POLLFD.size
-            self.native_pollfds += _POLLFD.pack(fd, mask, 0)
+            entry = _POLLFD.pack(fd, mask, 0)
+            self._poll_object.register(fd, mask)
+            size = len(self.native_pollfds)
+            try:
+                self.native_pollfds += entry
+                self._entries[fd] = size // _POLLFD.size
+            except BaseException:  # MemoryError: the three records agree again
+                del self.native_pollfds[size:]  # nothing, or the entry just added
+                self._poll_object.unregister(fd)
+                raise
         else:  # CPython's poll.register() replaces an entry in place: modify means that
+            self._poll_object.register(fd, mask)
             _POLLFD.pack_into(self.native_pollfds, index * _POLLFD.size, fd, mask, 0)
 
     modify = register

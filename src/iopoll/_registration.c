@@ -10,7 +10,8 @@
  *
  *   add()     the block at the top of Context.add() (src/_iopoll_core/context.py), step for
  *             step: StreamPollHandle._of_checked(), mechanism.register(), Watcher._make()
- *             and ContextState._remember(), with the same checks in the same order;
+ *             and ContextState._remember(), with the same checks in the same order, and
+ *             ContextState._unadd() if a MemoryError comes once the mechanism took the fd;
  *   remove()  Watcher.remove() and ContextState._remove() of an active watcher of a socket
  *             or an int fd that still answers with its fd, with no buffered bytes, left-over
  *             report or release to drop: _forget() and _unregister().
@@ -29,7 +30,7 @@ typedef struct {
     PyObject *no_events, *refusal, *failed_add, *active, *removed, *empty;
     PyObject *python_add, *python_remove; /* the methods replaced, for every other call */
     PyObject *str_register, *str_unregister, *str_fileno, *str_index, *str_failure;
-    PyObject *str_watcher_type;
+    PyObject *str_watcher_type, *str_unadd;
     PyObject *what_failed; /* "Failed to add handle" */
 } Registration;
 
@@ -41,6 +42,17 @@ static Registration reg;
 #define ONESHOT_BIT 32L
 #define MAX_FD 2147483647L /* handles.MAX_FD */
 
+/* The raised exception, set again (what fetch_exception() took); steals it. */
+static void
+restore_exception(PyObject *raised)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(raised);
+#else
+    PyErr_Restore(Py_NewRef(Py_TYPE(raised)), raised, PyException_GetTraceback(raised));
+#endif
+}
+
 /* `raise error from cause` in the `except` block that caught cause, as the Python method
  * raises it; steals error.  Its context is cause even when add() was called while another
  * exception was being handled (PyErr_SetObject() would make that one its context). */
@@ -49,11 +61,7 @@ raise_from(PyObject *error, PyObject *cause)
 {
     PyException_SetContext(error, Py_NewRef(cause));
     PyException_SetCause(error, Py_NewRef(cause));
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(error);
-#else
-    PyErr_Restore(Py_NewRef(Py_TYPE(error)), error, PyException_GetTraceback(error));
-#endif
+    restore_exception(error);
 }
 
 /* `cls.__new__(cls)` for a class that keeps object's __new__ (no __init__ runs). */
@@ -102,20 +110,39 @@ new_watcher(PyObject *self_ref, PyObject *fd, PyObject *handle, PyObject *probe,
     return watcher;
 }
 
-/* ContextState._remember(watcher): its fd's entries in _watchers and in _by_fd, an exact
- * list (try_add() checked). */
+/* ContextState._remember(watcher): its fd's entries in _by_fd, an exact list (try_add()
+ * checked), and in _watchers; both, or (MemoryError) neither. */
 static int
 remember(PyObject *watchers, PyObject *by_fd, PyObject *fd, long fd_value, PyObject *watcher)
 {
-    if (PyDict_SetItem(watchers, fd, watcher) < 0) {
-        return -1;
-    }
     while (PyList_GET_SIZE(by_fd) <= fd_value) {
         if (PyList_Append(by_fd, Py_None) < 0) {
             return -1;
         }
     }
-    return PyList_SetItem(by_fd, fd_value, Py_NewRef(watcher));
+    if (PyDict_SetItem(watchers, fd, watcher) < 0) {
+        return -1;
+    }
+    return PyList_SetItem(by_fd, fd_value, Py_NewRef(watcher)); /* allocates nothing */
+}
+
+/* `except BaseException: self._unadd(fd, None); raise`, for an add() that failed once the
+ * mechanism took fd: the error stays the one raised, unless undoing raises its own. */
+static void
+unadd(PyObject *self, PyObject *fd)
+{
+    PyObject *raised = fetch_exception();
+    PyObject *args[3] = {self, fd, Py_None};
+    PyObject *done = PyObject_VectorcallMethod(reg.str_unadd, args,
+                                               3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (done == NULL) {
+        PyObject *own = fetch_exception();
+        PyException_SetContext(own, raised); /* as Python chains it; takes `raised` */
+        restore_exception(own);
+        return;
+    }
+    Py_DECREF(done);
+    restore_exception(raised);
 }
 
 /* try_add()'s answer when the call is the Python method's: nothing was changed. */
@@ -206,6 +233,9 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data, PyOb
                               : new_watcher(self_ref, fd, stream, probe, events, bits, data);
     if (*added != NULL && remember(watchers, by_fd, fd, fd_value, *added) < 0) {
         Py_CLEAR(*added);
+    }
+    if (*added == NULL) {
+        unadd(self, fd);
     }
 
 finally:
@@ -445,13 +475,14 @@ install_registration(PyTypeObject *context_type, PyTypeObject *watcher_type)
     found.str_index = PyUnicode_InternFromString("__index__");
     found.str_failure = PyUnicode_InternFromString("_failure");
     found.str_watcher_type = PyUnicode_InternFromString("_watcher_type");
+    found.str_unadd = PyUnicode_InternFromString("_unadd");
     found.what_failed = PyUnicode_FromString("Failed to add handle");
     PyObject **objects[] = {
         (PyObject **)&found.stream_handle_type, (PyObject **)&found.socket_type,
         (PyObject **)&found.event_type, &found.no_events, &found.refusal, &found.failed_add,
         &found.active, &found.removed, &found.python_add, &found.python_remove, &found.empty,
         &found.str_register, &found.str_unregister, &found.str_fileno, &found.str_index,
-        &found.str_failure, &found.str_watcher_type, &found.what_failed,
+        &found.str_failure, &found.str_watcher_type, &found.str_unadd, &found.what_failed,
     };
     size_t count = sizeof(objects) / sizeof(objects[0]);
     int failed = 0;
