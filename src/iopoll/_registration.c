@@ -323,7 +323,8 @@ removable(PyObject *watcher, PyObject **context)
         Py_DECREF(self);
         return -1;
     }
-    long fd_value = PyLong_AsLong(fd);
+    int overflow;
+    long fd_value = PyLong_AsLongAndOverflow(fd, &overflow); /* an exact int: no error */
     fit = fit && mechanism != Py_None && fd_value >= 0 && PyDict_CheckExact(watchers)
           && PyList_CheckExact(by_fd) && fd_value < PyList_GET_SIZE(by_fd)
           && PyDict_CheckExact(buffered) && PyDict_CheckExact(leftovers)
