@@ -178,6 +178,8 @@ def _added(module: ModuleType, backend: Backend, as_int: bool) -> list[Any]:
 def test_add_makes_the_watcher_the_python_method_makes(
     module: ModuleType, backend: Backend, as_int: bool
 ) -> None:
+    """Every plain event set, on a socket and on an int fd: the watcher's every slot and the
+    Context's records are the Python method's."""
     transcript = _added(module, backend, as_int)
     assert len(transcript) == len(PLAIN_EVENTS) + 2
     # A one-shot is registered one-shot: never a plain report for the fast wait.
@@ -193,6 +195,8 @@ def test_add_makes_the_watcher_the_python_method_makes(
 def test_a_watcher_added_in_c_is_reported_and_removed(
     module: ModuleType, streams: Callable[[], socket.socket]
 ) -> None:
+    """A watcher the C add() made is reported by wait() and let go by remove(), after which
+    its fd can be added again."""
     sock = streams()
     peer_fd = sock.fileno()
     with module.Context(Backend.EPOLL if Backend.EPOLL.is_available() else Backend.POLL) as ctx:
@@ -251,6 +255,8 @@ def _refusals(module: ModuleType, backend: Backend) -> list[Any]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("module", MODULES)
 def test_add_refuses_what_the_python_method_refuses(module: ModuleType, backend: Backend) -> None:
+    """Each call the C code hands over, or that fails, gives the Python method's answer and
+    leaves the Python method's records."""
     transcript = dict(item[:2] for item in _refusals(module, backend) if isinstance(item, tuple))
     assert transcript["twice"][0] == HandleAlreadyWatchedError.__name__
     assert transcript["closed socket"][0] == InvalidHandleError.__name__
@@ -413,6 +419,7 @@ def _removals(module: ModuleType, backend: Backend) -> list[Any]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("module", MODULES)
 def test_remove_does_what_the_python_method_does(module: ModuleType, backend: Backend) -> None:
+    """remove() of each kind of watcher: the same answers, states and records."""
     transcript = _removals(module, backend)
     steps = {item[0]: item[1] for item in transcript if isinstance(item, tuple)}
     assert steps["plain"] == ("returned", None)
