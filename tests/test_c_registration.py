@@ -191,6 +191,30 @@ def test_add_makes_the_watcher_the_python_method_makes(
         assert transcript == _added(pure_iopoll, backend, as_int)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("as_int", [False, True], ids=["socket", "int"])
+def test_the_python_fast_block_makes_what_the_general_path_makes(
+    backend: Backend, as_int: bool
+) -> None:
+    """The Python add()'s own block for the usual call (which the C code copies) against
+    its general path (``_add``), which checks everything: the same watcher, slot for slot,
+    and the same records."""
+    made: list[socket.socket] = []
+    try:
+        with pure_iopoll.Context(backend) as fast, pure_iopoll.Context(backend) as general:
+            for events in PLAIN_EVENTS:
+                a, b = socket.socketpair()
+                made.extend((a, b))
+                handle = a.fileno() if as_int else a
+                one = fast.add(handle, events, "data")
+                other = general._add(handle, events, "data")
+                assert slots_of(one) == slots_of(other)
+            assert records(fast) == records(general)
+    finally:
+        for sock in made:
+            sock.close()
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_a_watcher_added_in_c_is_reported_and_removed(
     module: ModuleType, streams: Callable[[], socket.socket]
