@@ -95,11 +95,10 @@ class PollMechanism(Mechanism):
                 # poll(2) refuses more entries than RLIMIT_NOFILE (EINVAL), holes included:
                 # drop the holes first, which leaves room (every live entry is an open fd).
                 self._compact()
-            entry = _POLLFD.pack(fd, mask, 0)
             self._poll_object.register(fd, mask)
             size = len(self.native_pollfds)
             try:
-                self.native_pollfds += entry
+                self.native_pollfds += _POLLFD.pack(fd, mask, 0)
                 self._entries[fd] = size // _POLLFD.size
             except BaseException:  # MemoryError: the three records agree again
                 del self.native_pollfds[size:]  # nothing, or the entry just added
