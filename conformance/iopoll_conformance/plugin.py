@@ -145,14 +145,25 @@ def selected_backends(api: ModuleType, chosen: str | None) -> list[Any]:
     return [member]
 
 
+# A usage error met while the suite's tests were parametrized (pytest_generate_tests).
+_USAGE_ERROR = pytest.StashKey[pytest.UsageError]()
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" not in metafunc.fixturenames or not is_suite_class(metafunc.cls):
         return
-    api = _import_implementation(implementation_name(metafunc.config, metafunc.cls))
-    chosen = metafunc.config.getoption("--iopoll-backend") or getattr(
-        metafunc.cls, "backend_name", None
-    )
-    backends = selected_backends(api, chosen)
+    try:
+        api = _import_implementation(implementation_name(metafunc.config, metafunc.cls))
+        chosen = metafunc.config.getoption("--iopoll-backend") or getattr(
+            metafunc.cls, "backend_name", None
+        )
+        backends = selected_backends(api, chosen)
+    except pytest.UsageError as exc:
+        # Raised here, inside a collector, pytest would report it as a collection error with
+        # a traceback through pluggy: kept, it is raised once collection is over
+        # (pytest_collection_modifyitems), where pytest says it in one line, status 4.
+        metafunc.config.stash.setdefault(_USAGE_ERROR, exc)
+        backends = []
     metafunc.parametrize("backend", backends, ids=[b.name for b in backends], scope="class")
 
 
@@ -160,6 +171,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the strict extras unless they are asked for, and let ``-k`` choose rule
     groups: by module (``-k oneshot``) or mixin (``-k OneShotRules``)."""
+    error = config.stash.get(_USAGE_ERROR, None)
+    if error is not None:
+        raise error
     kept: list[pytest.Item] = []
     extras: list[pytest.Item] = []
     for item in items:
