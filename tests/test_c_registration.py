@@ -12,6 +12,7 @@ class, message, code, errno and cause.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Callable, Iterator
@@ -71,9 +72,28 @@ def streams() -> Iterator[Callable[[], socket.socket]]:
         sock.close()
 
 
-def slots_of(watcher: Any) -> dict[str, Any]:
+class FdNames:
+    """fd numbers named by the order a transcript first meets them, so that two runs of the
+    same calls compare equal even if the OS handed one of them other numbers (another
+    thread's file opened in between).  Each run names its sockets as it makes them."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, int] = {}
+
+    def __call__(self, fd: int) -> int:
+        return self.names.setdefault(fd, len(self.names))
+
+    def made(self, *socks: socket.socket) -> None:
+        for sock in socks:
+            self(sock.fileno())
+
+    def text(self, message: str) -> str:
+        return re.sub(r"\bfd (\d+)", lambda m: f"fd #{self(int(m.group(1)))}", message)
+
+
+def slots_of(watcher: Any, names: FdNames) -> dict[str, Any]:
     """Every slot of a watcher, comparable across the two modules: the context and handle
-    by what they stand for, the probe by what it answers."""
+    by what they stand for, the probe by what it answers, fds by their names."""
     found: dict[str, Any] = {}
     for cls in type(watcher).__mro__:
         for name in getattr(cls, "__slots__", ()):
@@ -86,25 +106,27 @@ def slots_of(watcher: Any) -> dict[str, Any]:
                 value = (type(value).__name__, type(value.stream).__name__)
             elif name == "_probe":
                 value = value()
+            if name in ("_fd", "_probe") and value >= 0:
+                value = ("fd", names(value))
             found[name] = (type(value).__name__, value)
     return found
 
 
-def records(ctx: Ctx) -> tuple[Any, ...]:
+def records(ctx: Ctx, names: FdNames) -> tuple[Any, ...]:
     """What a context keeps per fd, comparable across the two modules (not ``len(ctx)``,
     which retires the watchers of closed streams)."""
-    by_fd = [(fd, w._fd) for fd, w in enumerate(ctx._by_fd) if w is not None]
+    by_fd = sorted((names(fd), names(w._fd)) for fd, w in enumerate(ctx._by_fd) if w is not None)
     return (
-        sorted(ctx._watchers),
+        sorted(map(names, ctx._watchers)),
         by_fd,
-        sorted(ctx._stale_fds),
-        sorted(ctx._buffered),
-        sorted(ctx._leftovers),
-        [w._state for w in ctx._watchers.values()],
+        sorted(map(names, ctx._stale_fds)),
+        sorted(map(names, ctx._buffered)),
+        sorted(map(names, ctx._leftovers)),
+        sorted((names(fd), w._state) for fd, w in ctx._watchers.items()),
     )
 
 
-def outcome(call: Callable[[], Any]) -> Any:
+def outcome(call: Callable[[], Any], names: FdNames) -> Any:
     """A call's result (a watcher's slots), or what it raised, as data: the class, the
     message, the code and errno a FailedPollOperationError has, and the cause."""
     try:
@@ -113,14 +135,14 @@ def outcome(call: Callable[[], Any]) -> Any:
         cause = exc.__cause__
         return (
             type(exc).__name__,
-            str(exc),
+            names.text(str(exc)),
             getattr(exc, "code", None),
             getattr(exc, "errno", None),
             None if cause is None else (type(cause).__name__, str(cause)),
             exc.__suppress_context__,
         )
     if isinstance(result, EngineWatcher):
-        return ("returned", slots_of(result))
+        return ("returned", slots_of(result, names))
     return ("returned", result)
 
 
@@ -145,12 +167,13 @@ def test_the_c_methods_are_in_use_when_built() -> None:
 
 
 def _added(module: ModuleType, backend: Backend, as_int: bool) -> list[Any]:
-    """Its sockets are closed at the end, so that the next run gets the same fd numbers."""
     transcript: list[Any] = []
     made: list[socket.socket] = []
+    names = FdNames()
 
     def make() -> socket.socket:
         made.extend(socket.socketpair())
+        names.made(*made[-2:])
         return made[-2]
 
     try:
@@ -161,11 +184,11 @@ def _added(module: ModuleType, backend: Backend, as_int: bool) -> list[Any]:
                 watcher = ctx.add(handle, events, f"data {int(events)}")
                 assert watcher.is_active() and watcher.data == f"data {int(events)}"
                 assert watcher.handle.stream is handle and watcher.watched_events is events
-                transcript.append(slots_of(watcher))
-            transcript.append(records(ctx))
+                transcript.append(slots_of(watcher, names))
+            transcript.append(records(ctx, names))
             watcher = ctx.add(make(), READ)  # data left out
             assert watcher.data is None
-            transcript.append(slots_of(watcher))
+            transcript.append(slots_of(watcher, names))
     finally:
         for sock in made:
             sock.close()
@@ -187,6 +210,7 @@ def test_add_makes_the_watcher_the_python_method_makes(
     assert transcript[ONESHOT - 1]["_plain"] == ("bool", False)
     assert transcript[READ - 1]["_plain"] == ("bool", True)
     assert transcript[READ - 1]["_state"] == ("int", 0) == transcript[-1]["_state"]
+    assert transcript[0]["_fd"] == transcript[0]["_probe"] == ("tuple", ("fd", 0))
     if ACCELERATED and module is iopoll:
         assert transcript == _added(pure_iopoll, backend, as_int)
 
@@ -200,6 +224,7 @@ def test_the_python_fast_block_makes_what_the_general_path_makes(
     its general path (``_add``), which checks everything: the same watcher, slot for slot,
     and the same records."""
     made: list[socket.socket] = []
+    names = FdNames()
     try:
         with pure_iopoll.Context(backend) as fast, pure_iopoll.Context(backend) as general:
             for events in PLAIN_EVENTS:
@@ -208,8 +233,8 @@ def test_the_python_fast_block_makes_what_the_general_path_makes(
                 handle = a.fileno() if as_int else a
                 one = fast.add(handle, events, "data")
                 other = general._add(handle, events, "data")
-                assert slots_of(one) == slots_of(other)
-            assert records(fast) == records(general)
+                assert slots_of(one, names) == slots_of(other, names)
+            assert records(fast, names) == records(general, names)
     finally:
         for sock in made:
             sock.close()
@@ -237,9 +262,11 @@ def test_a_watcher_added_in_c_is_reported_and_removed(
 def _refusals(module: ModuleType, backend: Backend) -> list[Any]:
     """Every add() the C code hands to Python, or that fails: the same answers."""
     transcript: list[Any] = []
+    names = FdNames()
     a, b = socket.socketpair()
     pa, pb = socket.socketpair()
     closed, _peer = socket.socketpair()
+    names.made(a, b, pa, pb, closed, _peer)
     closed.close()
     with tempfile.TemporaryFile() as regular, module.Context(backend) as ctx:
         kept = ctx.add(a, READ, "kept")
@@ -262,7 +289,7 @@ def _refusals(module: ModuleType, backend: Backend) -> list[Any]:
             ("too few", lambda: ctx.add(b)),  # type: ignore[call-arg]
         ]
         for name, call in calls:
-            transcript.append((name, outcome(call), records(ctx)))
+            transcript.append((name, outcome(call, names), records(ctx, names)))
         transcript.append(kept.is_active())
     for sock in (a, b, pa, pb, _peer):
         sock.close()
@@ -270,7 +297,7 @@ def _refusals(module: ModuleType, backend: Backend) -> list[Any]:
     ctx2 = module.Context(backend)
     ctx2.close()
     c, d = socket.socketpair()
-    transcript.append(outcome(lambda: ctx2.add(c, READ)))
+    transcript.append(outcome(lambda: ctx2.add(c, READ), names))
     c.close()
     d.close()
     return transcript
@@ -404,6 +431,9 @@ def _removals(module: ModuleType, backend: Backend) -> list[Any]:
     transcript: list[Any] = []
     pairs = [socket.socketpair() for _ in range(6)]
     (a, _), (b, _), (c, _), (d, _), (e, _), (f, _) = pairs
+    names = FdNames()
+    for pair in pairs:
+        names.made(*pair)
     with module.Context(backend) as ctx:
         plain = ctx.add(a, READ, "plain")
         by_number = ctx.add(b.fileno(), WRITE, "by number")
@@ -430,10 +460,10 @@ def _removals(module: ModuleType, backend: Backend) -> list[Any]:
             ("timer", timer.remove),
         ]
         for name, step in steps:
-            transcript.append((name, outcome(step), records(ctx)))
+            transcript.append((name, outcome(step, names), records(ctx, names)))
         transcript.append([w.is_active() for w in (plain, by_number, one_shot, wrapped, left)])
         watcher = ctx.add(a, READ, "after")
-    transcript.append(("context closed", outcome(watcher.remove)))
+    transcript.append(("context closed", outcome(watcher.remove, names)))
     for x, y in pairs:
         x.close()
         y.close()
