@@ -67,6 +67,11 @@ def test_the_array_follows_the_poll_object(seed: int, sockets: list[socket.socke
         entries = live_entries(mechanism)
         assert [fd for fd, _ in entries] == reported_order(mechanism)
         assert sorted(fd for fd, _ in entries) == sorted(registered)
+        # The holes are counted, and never last: the last entry, unregistered, is dropped
+        # with the holes before it (so that churn on one fd never reads the fd limit).
+        array = mechanism.native_pollfds
+        assert mechanism._holes == len(array) // _POLLFD.size - len(entries)
+        assert not array or _POLLFD.unpack_from(array, len(array) - _POLLFD.size)[0] >= 0
     # Unregistering leaves holes, compacted before they outnumber the live entries.
     array_entries = len(mechanism.native_pollfds) // _POLLFD.size
     assert array_entries <= 2 * len(registered) + 17

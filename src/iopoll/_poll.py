@@ -12,8 +12,9 @@ writes the entries' ``revents``, which nothing here reads; on a copy for a call 
 blocks).  The array keeps the poll object's order (CPython's is its
 dict's: insertion order, a re-registered fd going last, a modified one staying put), so
 both paths see the reports in the same order.  An unregistered fd's entry becomes -1, which
-poll() skips, and the array is compacted once such holes make up half of it, or before a
-new entry would take it past the open-files limit (poll(2) counts the holes too).
+poll() skips (the last entry is dropped instead, with any holes before it), and the array
+is compacted once such holes make up half of it, or before a new entry would take it past
+the open-files limit (poll(2) counts the holes too).
 """
 
 from __future__ import annotations
@@ -116,11 +117,23 @@ class PollMechanism(Mechanism):
         except KeyError:  # already disarmed
             pass
         index = self._entries.pop(fd, None)
-        if index is not None:
-            _POLLFD.pack_into(self.native_pollfds, index * _POLLFD.size, _NO_FD, 0, 0)
-            self._holes += 1
-            if self._holes * 2 > len(self._entries) + 16:
-                self._compact()
+        if index is None:
+            return True
+        pollfds = self.native_pollfds
+        if (index + 1) * _POLLFD.size == len(pollfds):
+            # The last entry goes, with the holes just before it, rather than becoming a
+            # hole: a server's add and remove of one connection then leaves none, and the
+            # next register() does not read the open-files limit (a system call).
+            end = index
+            while end and _POLLFD.unpack_from(pollfds, (end - 1) * _POLLFD.size)[0] == _NO_FD:
+                end -= 1
+                self._holes -= 1
+            del pollfds[end * _POLLFD.size :]
+            return True
+        _POLLFD.pack_into(pollfds, index * _POLLFD.size, _NO_FD, 0, 0)
+        self._holes += 1
+        if self._holes * 2 > len(self._entries) + 16:
+            self._compact()
         return True
 
     def _compact(self) -> None:
