@@ -56,9 +56,13 @@ __all__ = ["Context"]
 _PLAIN_STREAMS = frozenset({socket.socket, int})
 
 # The events a stream may be watched for on every backend, with nothing to check: each
-# non-empty set of READ, WRITE, ERROR, HANGUP, READ_HANGUP and ONESHOT.
-# The C add() (iopoll/_registration.c) takes the same set.
-_PLAIN_STREAM_EVENTS = frozenset(Event(bits) for bits in range(1, 1 << 6))
+# non-empty set of these bits.  The C add() (iopoll/_registration.c) reads the bits.
+_PLAIN_STREAM_BITS = int(
+    Event.READ | Event.WRITE | Event.ERROR | Event.HANGUP | Event.READ_HANGUP | Event.ONESHOT
+)
+_PLAIN_STREAM_EVENTS = frozenset(
+    Event(bits) for bits in range(1, _PLAIN_STREAM_BITS + 1) if not bits & ~_PLAIN_STREAM_BITS
+)
 
 
 _contexts: weakref.WeakSet[Context] = weakref.WeakSet()

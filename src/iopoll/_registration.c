@@ -32,15 +32,13 @@ typedef struct {
     PyObject *str_register, *str_unregister, *str_fileno, *str_index, *str_failure;
     PyObject *str_watcher_type, *str_unadd;
     PyObject *what_failed; /* "Failed to add handle" */
+    /* Read from Python at install: context._PLAIN_STREAM_BITS (the events any backend takes
+     * for a stream with nothing to check), Event.ONESHOT, handles.MAX_FD. */
+    long plain_stream_bits, oneshot_bit, max_fd;
 } Registration;
 
 static Registration reg;
 
-/* The bits of each non-empty set of READ, WRITE, ERROR, HANGUP, READ_HANGUP and ONESHOT:
- * the events any backend takes for a stream with nothing to check (_PLAIN_STREAM_EVENTS). */
-#define PLAIN_STREAM_BITS 63L
-#define ONESHOT_BIT 32L
-#define MAX_FD 2147483647L /* handles.MAX_FD */
 
 /* The raised exception, set again (what fetch_exception() took); steals it. */
 static void
@@ -94,7 +92,7 @@ new_watcher(PyObject *self_ref, PyObject *fd, PyObject *handle, PyObject *probe,
     if (watcher == NULL) {
         return NULL;
     }
-    int oneshot = (bits & ONESHOT_BIT) != 0; /* registers_oneshot() of a stream's events */
+    int oneshot = (bits & reg.oneshot_bit) != 0; /* registers_oneshot() of a stream's events */
     set_slot(watcher, reg.context, self_ref);
     set_slot(watcher, reg.fd, fd);
     set_slot(watcher, reg.handle, handle);
@@ -160,7 +158,7 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data, PyOb
         PyErr_Clear(); /* bits no Event member has: the Python path refuses them */
         return NOT_TAKEN;
     }
-    if (bits < 1 || (bits & ~PLAIN_STREAM_BITS)) {
+    if (bits < 1 || (bits & ~reg.plain_stream_bits)) {
         return NOT_TAKEN;
     }
     PyObject *mechanism = peek(self, slots.usable);
@@ -182,7 +180,7 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data, PyOb
     }
     int overflow;
     long fd_value = PyLong_CheckExact(fd) ? PyLong_AsLongAndOverflow(fd, &overflow) : -1;
-    if (fd_value < 0 || fd_value > MAX_FD) {
+    if (fd_value < 0 || fd_value > reg.max_fd) {
         taken = NOT_TAKEN; /* a closed socket's -1, or a number no OS call takes */
         goto finally;
     }
@@ -442,6 +440,15 @@ imported(const char *module_name, const char *name)
     return value;
 }
 
+/* An int's value, the reference dropped: -1 (with an error set) for NULL or a non-int. */
+static long
+value_of(PyObject *number)
+{
+    long value = number == NULL ? -1 : PyLong_AsLong(number);
+    Py_XDECREF(number);
+    return value;
+}
+
 /* A class found by name, checked to be one. */
 static PyTypeObject *
 imported_type(const char *module_name, const char *name)
@@ -485,8 +492,14 @@ install_registration(PyTypeObject *context_type, PyTypeObject *watcher_type)
         &found.str_register, &found.str_unregister, &found.str_fileno, &found.str_index,
         &found.str_failure, &found.str_watcher_type, &found.str_unadd, &found.what_failed,
     };
+    found.plain_stream_bits = value_of(imported("_iopoll_core.context", "_PLAIN_STREAM_BITS"));
+    found.max_fd = value_of(imported("_iopoll_core.handles", "MAX_FD"));
+    PyObject *oneshot = found.event_type == NULL
+                            ? NULL
+                            : PyObject_GetAttrString((PyObject *)found.event_type, "ONESHOT");
+    found.oneshot_bit = value_of(oneshot);
     size_t count = sizeof(objects) / sizeof(objects[0]);
-    int failed = 0;
+    int failed = found.plain_stream_bits < 0 || found.oneshot_bit < 0 || found.max_fd < 0;
     for (size_t i = 0; i < count; i++) {
         failed = failed || *objects[i] == NULL;
     }
