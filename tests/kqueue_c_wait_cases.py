@@ -7,8 +7,8 @@ fd, and hands any other batch, whole, to ``KqueueMechanism.translate_kevents``. 
 kqueue, so that code is built here only for the tests: ``tests/test_kqueue_libkqueue.py``
 copies the sources, compiles ``_speedups`` with ``IOPOLL_WITH_LIBKQUEUE`` against libkqueue,
 and runs, with that build first on the import path and ``-p libkqueue_session``: this
-module, ``test_speedups_differential.py`` with ``IOPOLL_TEST_FAST_BACKEND=KQUEUE``, and the
-conformance suite.  This module is not collected by itself (no ``test_`` prefix).
+module, ``test_kqueue_c_wait_edges.py``, ``test_speedups_differential.py`` with
+``IOPOLL_TEST_FAST_BACKEND=KQUEUE``, and the conformance suite.  This module is not collected by itself (no ``test_`` prefix).
 
 What it holds: that this build waits in C at all (the kqueue object's ``control()`` is never
 called for a wait), when it hands a batch to ``translate_kevents`` and when it declines to
