@@ -39,6 +39,7 @@ from .events import Event, coerce_events, decode_prefix, os_events
 from .general_wait import GeneralWait
 from .handles import (
     MAX_FD,
+    NOT_FDS,
     Handle,
     HasFileno,
     StreamPollHandle,
@@ -52,7 +53,8 @@ from .watcher import REMOVED, RETIRED, Watcher
 
 __all__ = ["Context"]
 
-# The handles add() is mostly given, which are never Handles (a bool is refused there).
+# The handles add() is mostly given, which are never Handles (a bool or an Event is refused
+# there).
 _PLAIN_STREAMS = frozenset({socket.socket, int})
 
 # The events a stream may be watched for on every backend, with nothing to check: each
@@ -255,7 +257,7 @@ class Context(GeneralWait):
         mechanism = self._usable_mechanism(FailedHandleAddError)
         # A socket or an int fd, the usual handles, skip the ABC's isinstance (Python code).
         if type(handle) in _PLAIN_STREAMS or not isinstance(handle, Handle):
-            if isinstance(handle, bool) or not (isinstance(handle, int) or has_fileno(handle)):
+            if isinstance(handle, NOT_FDS) or not (isinstance(handle, int) or has_fileno(handle)):
                 raise TypeError(
                     "handle must be a Handle, an object with fileno() or an int fd, "
                     f"not {type(handle).__name__}"

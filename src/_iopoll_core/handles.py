@@ -20,11 +20,14 @@ __all__ = [
     "HasFileno",
     "has_fileno",
     "MAX_FD",
+    "NOT_FDS",
     "fd_probe",
 ]
 
 # The largest fd number an OS call takes (a C int).
 MAX_FD = 2**31 - 1
+# ints never taken for an fd: a flag, or an Event given in the handle's place (add(READ, s)).
+NOT_FDS = (bool, Event)
 
 
 @runtime_checkable
@@ -99,7 +102,7 @@ class StreamPollHandle(Handle):
         if hasattr(self, "_stream"):
             # A watcher keeps the fd probe it was added with: the stream cannot change.
             raise TypeError("StreamPollHandle.__init__ cannot be called twice")
-        if isinstance(stream, bool) or not (isinstance(stream, int) or has_fileno(stream)):
+        if isinstance(stream, NOT_FDS) or not (isinstance(stream, int) or has_fileno(stream)):
             raise TypeError(
                 "stream must be an object with fileno() or an int file descriptor, "
                 f"not {type(stream).__name__}"

@@ -122,7 +122,8 @@ class Watcher(_Uncopyable):
         return self._triggered
 
     def has_triggered(self, event: Event) -> bool:
-        """Whether every flag of ``event`` is in ``triggered_events``."""
+        """Whether every readiness flag of ``event`` is in ``triggered_events`` (the modes,
+        ``ONESHOT`` and ``EDGE_TRIGGERED``, are left out; nothing left: ``False``)."""
         if not isinstance(event, Event):
             raise TypeError(f"event must be an Event, not {type(event).__name__}")
         wanted = event.value & ~MODES.value
