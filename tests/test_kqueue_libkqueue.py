@@ -354,9 +354,9 @@ def c_build_over_libkqueue(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_c_kevent_path_against_python_over_libkqueue(c_build_over_libkqueue: Path) -> None:
-    """kqueue_c_wait_cases.py, test_kqueue_c_wait_edges.py and the one-backend cases of
-    test_speedups_differential.py on KQUEUE, with the C build: every case passes, or is one
-    of libkqueue_session.py's strict xfails for this run (a closed fd libkqueue cannot see)."""
+    """kqueue_c_wait_cases.py and the one-backend cases of test_speedups_differential.py on
+    KQUEUE, with the C build: every case passes, or is one of libkqueue_session.py's strict
+    xfails for this run (a closed fd libkqueue cannot see)."""
     check = _run(
         ["-c", "import iopoll._native, iopoll._speedups as c; "
          "assert iopoll._native.ACCELERATED; print(c.__file__)"],
@@ -366,8 +366,7 @@ def test_c_kevent_path_against_python_over_libkqueue(c_build_over_libkqueue: Pat
     result = _run(
         [
             "-m", "pytest", "-p", "libkqueue_session", "-p", "no:cacheprovider", "-q",
-            "kqueue_c_wait_cases.py", "test_kqueue_c_wait_edges.py",
-            "test_speedups_differential.py",
+            "kqueue_c_wait_cases.py", "test_speedups_differential.py",
         ],
         c_build_over_libkqueue,
         IOPOLL_TEST_FAST_BACKEND="KQUEUE",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import socket
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,27 +32,18 @@ def make_driver(request: pytest.FixtureRequest) -> Callable[[], Driver]:
     return make
 
 
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """A connected socket pair, closed after the test."""
-    first, second = socket.socketpair()
-    yield first, second
-    first.close()
-    second.close()
-
-
 class Held:
     """Something a callback holds, to see whether it was freed."""
 
 
 def test_a_stream_callback_that_ran_goes_with_its_driver(
-    make_driver: Callable[[], Driver], pair: tuple[socket.socket, socket.socket]
+    make_driver: Callable[[], Driver], pairs: Callable[[], tuple[socket.socket, socket.socket]]
 ) -> None:
     """A readable callback that ran and was never cancelled is freed, with what its
     function holds, once its driver is dropped: queueing a ready stream's callbacks takes
     nothing for good (mutant: the reference to the stream's callback map taken while its
     records are queued is never given back)."""
-    near, far = pair
+    near, far = pairs()
 
     def arm() -> weakref.ref[Held]:
         driver = make_driver()
