@@ -43,6 +43,16 @@ def high_fd(pairs: Pairs) -> Iterator[int]:
     socket.socket(fileno=fd).close()
 
 
+def _keeps_no_reference(ctx: Any, handle: Any, counted: object) -> None:
+    """``CYCLES`` add() and remove() of ``handle`` leave ``counted`` with the references it
+    had after the first (which makes whatever a first call makes once)."""
+    ctx.add(handle, READ).remove()
+    before = sys.getrefcount(counted)
+    for _ in range(CYCLES):
+        ctx.add(handle, READ).remove()
+    assert sys.getrefcount(counted) == before
+
+
 def _epoll(module: ModuleType) -> Any:
     if not Backend.EPOLL.is_available():
         pytest.skip("needs EPOLL")
@@ -95,12 +105,7 @@ def test_add_and_remove_keep_no_reference_to_the_mechanism(
     references as before: no call keeps one."""
     a, _ = pairs()
     with _epoll(module) as ctx:
-        mechanism = ctx._mechanism
-        ctx.add(a, READ).remove()  # whatever a first call makes once
-        before = sys.getrefcount(mechanism)
-        for _ in range(CYCLES):
-            ctx.add(a, READ).remove()
-        assert sys.getrefcount(mechanism) == before
+        _keeps_no_reference(ctx, a, ctx._mechanism)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -109,11 +114,7 @@ def test_add_and_remove_keep_no_reference_to_an_int_fd(module: ModuleType, high_
     nothing once the watcher is removed and dropped: neither call keeps a reference of its
     own to the int."""
     with _epoll(module) as ctx:
-        ctx.add(high_fd, READ).remove()
-        before = sys.getrefcount(high_fd)
-        for _ in range(CYCLES):
-            ctx.add(high_fd, READ).remove()
-        assert sys.getrefcount(high_fd) == before
+        _keeps_no_reference(ctx, high_fd, high_fd)
 
 
 @pytest.mark.parametrize("module", MODULES)

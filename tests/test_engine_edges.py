@@ -20,6 +20,7 @@ import pytest
 import iopoll
 import pure_iopoll
 from iopoll import Event
+from test_hidden_bookkeeping import force_a_rebuild
 
 Pairs = Callable[[], tuple[socket.socket, socket.socket]]
 
@@ -43,42 +44,10 @@ def ctx(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield context
 
 
-@pytest.fixture
-def kept_fds() -> Iterator[list[int]]:
-    """fds (dups) that keep a closed stream's file open; closed after the test."""
-    kept: list[int] = []
-    yield kept
-    for fd in kept:
-        os.close(fd)
-
-
 def needs_edges(ctx: Any) -> None:
     """Skip unless the context's backend takes EDGE_TRIGGERED."""
     if not ctx.backend.supports_edge_triggering():
         pytest.skip("EDGE_TRIGGERED is not supported on this backend")
-
-
-def close_behind_a_dup(sock: socket.socket, kept: list[int]) -> None:
-    """Close ``sock`` without remove(), while a dup keeps its file open."""
-    kept.append(os.dup(sock.fileno()))
-    sock.close()
-
-
-def reuse_a_closed_number(
-    ctx: Any, pairs: Pairs, kept: list[int]
-) -> tuple[socket.socket, socket.socket]:
-    """Watch a stream, close it behind a dup, and make a pair one of whose ends takes the
-    closed number: returns (that end, its peer)."""
-    a, _ = pairs()
-    ctx.add(a, Event.READ)
-    number = a.fileno()
-    close_behind_a_dup(a, kept)
-    c, d = pairs()
-    if c.fileno() == number:
-        return c, d
-    if d.fileno() == number:
-        return d, c
-    pytest.skip("the fd number was not reused")
 
 
 def test_on_watcher_removed_is_called_in_the_order_the_watchers_were_lost(
@@ -98,7 +67,7 @@ def test_on_watcher_removed_is_called_in_the_order_the_watchers_were_lost(
 
 
 def test_edges_that_arrived_before_a_rebuild_at_add_are_reported(
-    ctx: Any, pairs: Pairs, kept_fds: list[int]
+    ctx: Any, pairs: Pairs, keepers: list[int]
 ) -> None:
     """SPEC 4: edges the old epoll object holds, not yet reported, when add() of a reused
     fd number rebuilds it, are all reported by the next wait() (none is dropped with the
@@ -109,39 +78,30 @@ def test_edges_that_arrived_before_a_rebuild_at_add_are_reported(
         a, b = pairs()
         edges.append(ctx.add(a, Event.READ | Event.EDGE_TRIGGERED))
         b.send(b"x")  # the edge arrives; no wait() has seen it yet
-    reused, _ = reuse_a_closed_number(ctx, pairs, kept_fds)
-    ctx.add(reused, Event.READ)  # the number a closed stream's entry holds: a rebuild
+    force_a_rebuild(ctx, pairs, keepers)  # add() of the number a closed stream's entry holds
     assert sorted(ctx.wait(0), key=id) == sorted(edges, key=id)
     assert ctx.wait(0) == []
 
 
 def test_a_rebuild_does_not_watch_an_unwatched_file_on_a_raw_closed_number(
-    ctx: Any, pairs: Pairs, kept_fds: list[int]
+    ctx: Any, pairs: Pairs, keepers: list[int]
 ) -> None:
     """SPEC 6.8/6.9: an int fd closed behind the Context's back (its file kept open by a
     dup) whose number an unwatched socket then takes: a rebuild must not register that
     number again, and the unwatched socket's data is never reported."""
     if ctx.backend is not iopoll.Backend.EPOLL:
         pytest.skip("only epoll rebuilds (poll and select watch numbers: SPEC 6.9)")
-    trigger, _ = pairs()
-    ctx.add(trigger, Event.READ)
     a, _ = pairs()
     number = a.detach()
     raw = ctx.add(number, Event.READ)
-    kept_fds.append(os.dup(number))
+    keepers.append(os.dup(number))
     os.close(number)  # behind the Context's back: an int cannot say it was closed
     c, d = pairs()
     unwatched, peer = (c, d) if c.fileno() == number else (d, c)
     if unwatched.fileno() != number:
         pytest.skip("the fd number was not reused")
     peer.send(b"x")  # the unwatched socket on the number is readable
-    taken = trigger.fileno()
-    close_behind_a_dup(trigger, kept_fds)
-    e, f = pairs()
-    reused = e if e.fileno() == taken else f if f.fileno() == taken else None
-    if reused is None:
-        pytest.skip("the fd number was not reused")
-    ctx.add(reused, Event.READ)  # a stale number: the Context rebuilds its OS object
+    force_a_rebuild(ctx, pairs, keepers)
     assert raw not in ctx.wait(0)
     assert raw not in ctx.wait(0.01)
 
@@ -174,15 +134,21 @@ class _FlakyPending:
         return 0
 
 
-def test_a_due_timer_is_not_lost_when_the_wait_that_took_it_raises(ctx: Any, pairs: Pairs) -> None:
-    """SPEC 4 / SPEC 10: a wait() that took a due timer, then raised (a stream's pending()
-    failed) before reporting it, leaves the timer due: the next wait() reports it."""
+def _due_timer_beside(ctx: Any, pairs: Pairs) -> tuple[_FlakyPending, Any]:
+    """A watched stream whose next pending() fails, and a timer watcher that is due."""
     a, _ = pairs()
     stream = _FlakyPending(a)
     ctx.add(stream, Event.READ)
     timer = ctx.add(iopoll.TimerHandle(0.001), Event.TIMER)
     time.sleep(0.01)
     stream.fail = True
+    return stream, timer
+
+
+def test_a_due_timer_is_not_lost_when_the_wait_that_took_it_raises(ctx: Any, pairs: Pairs) -> None:
+    """SPEC 4 / SPEC 10: a wait() that took a due timer, then raised (a stream's pending()
+    failed) before reporting it, leaves the timer due: the next wait() reports it."""
+    _, timer = _due_timer_beside(ctx, pairs)
     with pytest.raises(RuntimeError):
         ctx.wait(0)
     assert ctx.wait(0) == [timer]
@@ -194,12 +160,7 @@ def test_a_due_timer_removed_by_the_wait_that_raised_stays_removed(ctx: Any, pai
     """SPEC 4 / SPEC 10: a due timer the failing wait() took, and that was removed before
     the wait raised (here by the stream's pending(), as a signal handler could), is not
     armed again: it is never reported after its remove()."""
-    a, _ = pairs()
-    stream = _FlakyPending(a)
-    ctx.add(stream, Event.READ)
-    timer = ctx.add(iopoll.TimerHandle(0.001), Event.TIMER)
-    time.sleep(0.01)
-    stream.fail = True
+    stream, timer = _due_timer_beside(ctx, pairs)
     stream.before_failing = timer.remove
     with pytest.raises(RuntimeError):
         ctx.wait(0)
