@@ -13,7 +13,6 @@ methods, the reference); with ``IOPOLL_PURE_PYTHON=1`` both run the Python metho
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import socket
 import sys
@@ -30,6 +29,9 @@ from test_c_registration import MODULES
 
 READ = Event.READ
 Pairs = Callable[[], tuple[socket.socket, socket.socket]]
+pytestmark = pytest.mark.skipif(
+    not Backend.POLL.is_available(), reason="the cases run on POLL, and on EPOLL where it is"
+)
 CYCLES = 200  # add()/remove() rounds in a leak check: far above any cache's noise
 
 
@@ -37,6 +39,7 @@ CYCLES = 200  # add()/remove() rounds in a leak check: far above any cache's noi
 def high_fd(pairs: Pairs) -> Iterator[int]:
     """An int fd above CPython's small-int cache (a fresh int object, whose references a
     test can count), open on one end of a socket pair; closed after the test."""
+    import fcntl  # POSIX, as POLL is
     a, _ = pairs()
     fd = fcntl.fcntl(a.fileno(), fcntl.F_DUPFD, 1000)
     yield fd
