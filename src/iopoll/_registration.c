@@ -39,7 +39,6 @@ typedef struct {
 
 static Registration reg;
 
-
 /* The raised exception, set again (what fetch_exception() took); steals it. */
 static void
 restore_exception(PyObject *raised)
