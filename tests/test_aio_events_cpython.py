@@ -18,9 +18,10 @@ cannot be imported, this module is skipped.
 
 from __future__ import annotations
 
+import os
 import sys
 import unittest
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -42,6 +43,16 @@ EVENTS = (test_events.UnixEventLoopTestsMixin, test_events.SubprocessTestsMixin)
 SOCK = (test_sock_lowlevel.BaseSockTestsMixin,)
 SENDFILE = (test_sendfile.SendfileTestsBase,)
 _CaseT = TypeVar("_CaseT", bound=type)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _scratch_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Run in a directory of pytest's: test_sendfile writes its data file (``TESTFN``) in
+    the current one, and a run cut short would leave it in the checkout."""
+    before = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cpython_asyncio"))
+    yield
+    os.chdir(before)
 
 
 def own_selector(cases: _CaseT) -> _CaseT:
