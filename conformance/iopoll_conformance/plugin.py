@@ -34,6 +34,7 @@ GROUPS: dict[str, str] = {
     "wait": "wait",
     "lifecycle": "lifecycle",
     "errors": "errors",
+    "boundaries": "boundaries",
     "events": "events",
     "oneshot": "one-shot",
     "edge": "edge",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .fixtures import SuiteFixtures
 from .groups.add import AddRules
 from .groups.backends import BackendRules
+from .groups.boundaries import BoundaryRules
 from .groups.buffered import BufferedRules
 from .groups.closed import ClosedStreamRules
 from .groups.differential import DifferentialRules
@@ -33,6 +34,7 @@ class ConformanceSuite(
     WaitRules,
     LifecycleRules,
     ErrorRules,
+    BoundaryRules,
     EventRules,
     OneShotRules,
     EdgeRules,

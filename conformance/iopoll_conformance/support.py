@@ -96,6 +96,29 @@ class Capabilities:
         )
 
 
+def names_argument(exc: BaseException, argument: str) -> None:
+    """The message of ``exc`` names ``argument`` (SPEC 1)."""
+    message = str(exc)
+    assert argument in message, f"{argument!r} not named in: {message!r}"
+
+
+def refuses(
+    call: Callable[[Any], object],
+    bad_values: Iterable[Any],
+    error: type[Exception],
+    *arguments: str,
+) -> None:
+    """``call(bad)`` raises ``error`` for each bad value, its message naming ``arguments``."""
+    for bad in bad_values:
+        try:
+            call(bad)
+        except error as exc:
+            for argument in arguments:
+                names_argument(exc, argument)
+        else:
+            raise AssertionError(f"{bad!r} was accepted: {error.__name__} expected")
+
+
 def socketpair() -> tuple[socket.socket, socket.socket]:
     """A non-blocking AF_UNIX stream pair."""
     a, b = socket.socketpair()

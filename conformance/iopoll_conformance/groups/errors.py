@@ -6,7 +6,6 @@ Also: nothing is left half-registered after a failed add or modify.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from datetime import timedelta
 from fractions import Fraction
 from types import ModuleType
@@ -14,33 +13,11 @@ from typing import Any
 
 import pytest
 
-from ..support import Capabilities, poll_now, reported, short_wait
+from ..support import Capabilities, names_argument, poll_now, refuses, reported, short_wait
 
 
 class _NoFileno:
     """An object without ``fileno``."""
-
-
-def _names(exc: BaseException, argument: str) -> None:
-    message = str(exc)
-    assert argument in message, f"{argument!r} not named in: {message!r}"
-
-
-def _refuses(
-    call: Callable[[Any], object],
-    bad_values: Iterable[Any],
-    error: type[Exception],
-    *arguments: str,
-) -> None:
-    """``call(bad)`` raises ``error`` for each bad value, its message naming ``arguments``."""
-    for bad in bad_values:
-        try:
-            call(bad)
-        except error as exc:
-            for argument in arguments:
-                _names(exc, argument)
-        else:
-            pytest.fail(f"{bad!r} was accepted: {error.__name__} expected")
 
 
 def check_flag_refused(api: ModuleType, ctx: Any, pair: tuple[Any, Any], flag: Any) -> None:
@@ -78,13 +55,13 @@ class ErrorRules:
 
     def test_spec_4_wait_bool_timeout_is_type_error(self, api: ModuleType, ctx: Any) -> None:
         """SPEC 4: a bool timeout is a TypeError naming timeout."""
-        _refuses(ctx.wait, (True, False), TypeError, "timeout")
+        refuses(ctx.wait, (True, False), TypeError, "timeout")
 
     def test_spec_4_wait_other_timeout_types_are_type_error(
         self, api: ModuleType, ctx: Any
     ) -> None:
         """SPEC 4: a timeout that is not None/int/float/timedelta is a TypeError."""
-        _refuses(
+        refuses(
             ctx.wait,
             ("1", b"1", [1], (1,), 1j, Fraction(1, 2), object()),
             TypeError,
@@ -93,7 +70,7 @@ class ErrorRules:
 
     def test_spec_4_wait_negative_timeout_is_value_error(self, api: ModuleType, ctx: Any) -> None:
         """B.21, php-src poll_ctx_wait_error.phpt: a negative int timeout is a ValueError."""
-        _refuses(ctx.wait, (-1, -(2**70)), ValueError, "timeout")
+        refuses(ctx.wait, (-1, -(2**70)), ValueError, "timeout")
 
     def test_spec_4_wait_negative_float_timeout_is_value_error(
         self, api: ModuleType, caps: Capabilities, ctx: Any
@@ -101,7 +78,7 @@ class ErrorRules:
         """B.21, SPEC 4: negative float/timedelta, -inf and NaN timeouts are ValueErrors."""
         if not caps.float_timeouts:
             pytest.skip("this implementation takes whole seconds (SPEC 7)")
-        _refuses(
+        refuses(
             ctx.wait,
             (-0.5, -1e-9, -math.inf, math.nan, timedelta(microseconds=-1)),
             ValueError,
@@ -115,7 +92,7 @@ class ErrorRules:
         TypeError whose message says to pass whole seconds plus microseconds."""
         if caps.float_timeouts:
             pytest.skip("this implementation takes float and timedelta timeouts")
-        _refuses(
+        refuses(
             ctx.wait,
             (0.5, 0.0, -1.0, math.nan, math.inf, timedelta(seconds=1), timedelta(-1)),
             TypeError,
@@ -127,11 +104,11 @@ class ErrorRules:
 
     def test_spec_4_wait_microseconds_type(self, api: ModuleType, ctx: Any) -> None:
         """SPEC 4: microseconds must be an int (float, str, None: TypeError)."""
-        _refuses(lambda bad: ctx.wait(0, bad), (1.0, 0.5, "1", None), TypeError, "microseconds")
+        refuses(lambda bad: ctx.wait(0, bad), (1.0, 0.5, "1", None), TypeError, "microseconds")
 
     def test_spec_4_wait_microseconds_range(self, api: ModuleType, ctx: Any) -> None:
         """B.21, SPEC 4: microseconds outside 0..999999 is a ValueError."""
-        _refuses(
+        refuses(
             lambda bad: ctx.wait(0, bad),
             (-1, 1_000_000, 2**40, -(2**40)),
             ValueError,
@@ -142,16 +119,16 @@ class ErrorRules:
 
     def test_spec_4_wait_none_with_microseconds(self, api: ModuleType, ctx: Any) -> None:
         """SPEC 4: with timeout=None, microseconds must be 0 (ValueError)."""
-        _refuses(lambda bad: ctx.wait(None, bad), (1, 999_999), ValueError, "microseconds")
+        refuses(lambda bad: ctx.wait(None, bad), (1, 999_999), ValueError, "microseconds")
         with pytest.raises(ValueError) as info:
             ctx.wait(microseconds=5)
-        _names(info.value, "microseconds")
+        names_argument(info.value, "microseconds")
 
     # -- wait(max_events=...) ------------------------------------------------------------------
 
     def test_poll_ctx_wait_error_max_events_type(self, api: ModuleType, ctx: Any) -> None:
         """SPEC 4: max_events that is not None or an int (bool included) is a TypeError."""
-        _refuses(
+        refuses(
             lambda bad: ctx.wait(0, 0, bad),
             (True, False, 1.0, 4.5, "4", [4]),
             TypeError,
@@ -160,11 +137,11 @@ class ErrorRules:
 
     def test_poll_ctx_wait_error(self, api: ModuleType, ctx: Any) -> None:
         """B.22, php-src poll_ctx_wait_error.phpt: max_events <= 0 is a ValueError."""
-        _refuses(lambda bad: ctx.wait(0, 0, bad), (0, -1, -(2**63)), ValueError, "max_events")
+        refuses(lambda bad: ctx.wait(0, 0, bad), (0, -1, -(2**63)), ValueError, "max_events")
 
     def test_poll_ctx_wait_error_int64(self, api: ModuleType, ctx: Any) -> None:
         """B.22, php-src poll_ctx_wait_error_int64.phpt: max_events > 2**31-1 is a ValueError."""
-        _refuses(
+        refuses(
             lambda bad: ctx.wait(0, max_events=bad),
             (2**31, 2**63, 2**100),
             ValueError,
@@ -189,7 +166,7 @@ class ErrorRules:
     ) -> None:
         """SPEC 4: empty events (an empty iterable or Event(0)) is a ValueError naming events."""
         empties: list[Any] = [[], (), set(), api.Event(0)]
-        _refuses(lambda bad: ctx.add(pair[0], bad), empties, ValueError, "events")
+        refuses(lambda bad: ctx.add(pair[0], bad), empties, ValueError, "events")
         assert len(ctx) == 0
 
     def test_spec_4_add_non_event_is_type_error(
@@ -197,7 +174,7 @@ class ErrorRules:
     ) -> None:
         """SPEC 4: events that are not Event values (an int too) are a TypeError naming events."""
         read = api.Event.READ
-        _refuses(
+        refuses(
             lambda bad: ctx.add(pair[0], bad),
             (1, int(read), "READ", None, 1.0, [1], [read, 2], [None], [read, "WRITE"]),
             TypeError,
@@ -212,8 +189,8 @@ class ErrorRules:
         watcher = ctx.add(pair[0], api.Event.WRITE, "w")
         for method in (watcher.modify, watcher.modify_events):
             empties: list[Any] = [[], api.Event(0)]
-            _refuses(method, empties, ValueError, "events")
-            _refuses(method, (2, "WRITE", [2], None), TypeError, "events")
+            refuses(method, empties, ValueError, "events")
+            refuses(method, (2, "WRITE", [2], None), TypeError, "events")
         assert watcher.watched_events == api.Event.WRITE
         assert watcher.data == "w"
 
@@ -221,7 +198,7 @@ class ErrorRules:
 
     def test_spec_4_add_bad_handle_type(self, api: ModuleType, ctx: Any) -> None:
         """SPEC 3-4: a handle without fileno (not an int) is a TypeError naming handle."""
-        _refuses(
+        refuses(
             lambda bad: ctx.add(bad, api.Event.READ),
             (None, "3", 3.5, b"3", _NoFileno(), [3]),
             TypeError,
@@ -233,20 +210,20 @@ class ErrorRules:
         """SPEC 3-4: a negative int handle is a ValueError naming handle."""
         with pytest.raises(ValueError) as info:
             ctx.add(-1, api.Event.READ)
-        _names(info.value, "handle")
+        names_argument(info.value, "handle")
 
     def test_spec_3_stream_poll_handle_messages(self, api: ModuleType) -> None:
         """SPEC 3: StreamPollHandle's errors name its argument, stream."""
         with pytest.raises(TypeError) as info:
             api.StreamPollHandle(_NoFileno())
-        _names(info.value, "stream")
+        names_argument(info.value, "stream")
         with pytest.raises(ValueError) as value_info:
             api.StreamPollHandle(-5)
-        _names(value_info.value, "stream")
+        names_argument(value_info.value, "stream")
 
     def test_spec_4_context_bad_backend(self, api: ModuleType) -> None:
         """SPEC 4: a backend that is not a Backend member is a TypeError naming backend."""
-        _refuses(
+        refuses(
             api.Context,
             ("epoll", "SELECT", 1, None, object()),
             TypeError,
