@@ -15,9 +15,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
-__all__ = ["SignalHandler", "alarm", "in_child"]
+_T = TypeVar("_T")
+
+__all__ = ["SignalHandler", "alarm", "in_child", "within"]
 
 SignalHandler = Callable[[int, "FrameType | None"], Any]
 """What ``signal.signal`` takes as a handler."""
@@ -28,6 +30,12 @@ def _skip(reason: str) -> NoReturn:
     import pytest
 
     pytest.skip(reason)
+
+
+def _fail(reason: str) -> NoReturn:
+    import pytest
+
+    pytest.fail(reason)
 
 
 @contextlib.contextmanager
@@ -55,6 +63,36 @@ def alarm(handler: SignalHandler, delay: float, interval: float = 0.0) -> Iterat
         if remaining > 0:
             left = max(remaining - (time.monotonic() - start), 0.001)
             signal.setitimer(signal.ITIMER_REAL, left, every)
+
+
+class _Overran(Exception):
+    """Raised by ``within``'s ``SIGALRM`` handler into the call that overran."""
+
+
+def within(seconds: float, call: Callable[[], _T], what: str) -> _T:
+    """``call()``, failing the test ("``what`` still blocked after ...") if it has not
+    returned after ``seconds``: a ``SIGALRM`` interrupts it (a blocked ``wait()`` lets the
+    handler's exception out, as SPEC 4 says).
+
+    For a call that should return at once or soon, and would otherwise hang the run:
+    pytest-timeout's own failure, raised inside a Hypothesis example, is one more failing
+    example, which Hypothesis replays, and which blocks again.  Where no alarm can be set
+    (outside the main thread, or without ``signal.setitimer``), ``call()`` runs unguarded,
+    so that the rule still runs.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        return call()
+
+    def overran(signum: int, frame: object) -> None:
+        raise _Overran
+
+    try:
+        with alarm(overran, seconds):
+            return call()
+    except _Overran:
+        _fail(f"{what} still blocked after {seconds:g} s")
 
 
 def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:

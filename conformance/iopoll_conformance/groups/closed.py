@@ -7,13 +7,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
 
-from ..process import alarm
+from ..process import within
 from ..streams import closing_all, recv_exactly, socketpair_on_fd
 from ..support import Capabilities, poll_now, reported, short_wait, socketpair, timed, waits
 
@@ -36,23 +36,6 @@ def _read_fd(fd: int, size: int) -> bytes:
     with socket.socket(fileno=os.dup(fd)) as sock:
         sock.setblocking(False)
         return recv_exactly(sock, size)
-
-
-class _Hung(Exception):
-    """Raised by the SIGALRM handler into a wait(None) that would never return."""
-
-
-def _unless_hung(call: Callable[[], Any]) -> tuple[Any, float]:
-    """``timed(call)``, failing the test if ``call`` is still blocked after ``_HANG`` s."""
-
-    def hung(signum: int, frame: object) -> None:
-        raise _Hung
-
-    try:
-        with alarm(hung, _HANG):
-            return timed(call)
-    except _Hung:
-        pytest.fail(f"wait(None) was still blocked after {_HANG:g} s")
 
 
 class ClosedStreamRules:
@@ -189,7 +172,7 @@ class ClosedStreamRules:
                 watchers = [ctx.add(a, api.Event.READ, index) for index, (a, _) in enumerate(pairs)]
                 for a, _ in pairs:
                     a.close()
-                result, elapsed = _unless_hung(lambda: ctx.wait(None))
+                result, elapsed = within(_HANG, lambda: timed(lambda: ctx.wait(None)), "wait(None)")
                 assert result == [] and elapsed < _HANG
                 assert not any(watcher.is_active() for watcher in watchers)
                 assert len(ctx) == 0
@@ -210,7 +193,7 @@ class ClosedStreamRules:
             sender = threading.Timer(0.2, a.send, (b"x",))
             sender.start()
             try:
-                result, _ = _unless_hung(lambda: ctx.wait(None))
+                result, _ = within(_HANG, lambda: timed(lambda: ctx.wait(None)), "wait(None)")
                 elapsed = time.monotonic() - started
             finally:
                 sender.cancel()

@@ -30,15 +30,12 @@ import functools
 import importlib
 import operator
 import os
-import signal
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -49,7 +46,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ..process import alarm
+from ..process import within
 from ..streams import drain, fill
 from ..support import SPEC_NAMES, socketpair
 
@@ -107,30 +104,6 @@ def spec_error_name(api: ModuleType, exc: BaseException) -> str:
         if isinstance(exc, getattr(builtins, name)):
             return name
     raise exc  # the reference raised something SPEC never names: a test or reference bug
-
-
-class _Blocked(Exception):
-    """Raised by the SIGALRM watchdog into a bad wait() that blocks instead of refusing."""
-
-
-def refused_in_time(step: str, call: Callable[[], Any]) -> Any:
-    """``call()``, a wait() with bad arguments, failing the test if it is still blocked
-    after ``_REFUSE_WITHIN`` seconds.  Without this watchdog a side that takes ``wait(-1)``
-    for "for ever" would hang the run: pytest-timeout's failure, raised inside the wait,
-    is one more failing example to Hypothesis, which replays it, and blocks again."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        signal, "setitimer"
-    ):
-        return call()
-
-    def blocked(signum: int, frame: object) -> None:
-        raise _Blocked
-
-    try:
-        with alarm(blocked, _REFUSE_WITHIN):
-            return call()
-    except _Blocked:
-        pytest.fail(f"{step} still blocked after {_REFUSE_WITHIN:g} s instead of refusing")
 
 
 def attempt(call: Callable[[], Any]) -> tuple[Any, Exception | None]:
@@ -396,7 +369,12 @@ class Differential(RuleBasedStateMachine):
     @rule(arguments=st.sampled_from(_BAD_WAITS))
     def bad_wait(self, arguments: tuple[Any, Any, Any]) -> None:
         step = f"wait{arguments!r}"
-        self.both(step, lambda side: refused_in_time(step, lambda: side.ctx.wait(*arguments)))
+        self.both(
+            step,
+            lambda side: within(
+                _REFUSE_WITHIN, lambda: side.ctx.wait(*arguments), f"{step}, not refused,"
+            ),
+        )
 
     # -- the streams ---------------------------------------------------------------------
 
