@@ -20,6 +20,7 @@ import errno
 import os
 import pickle
 import socket
+import tracemalloc
 from collections.abc import Iterator
 
 import pytest
@@ -132,6 +133,25 @@ def test_epoll_add_of_a_closed_fd_is_invalid() -> None:
     assert type(copied) is FailedHandleAddError
     assert (copied.code, copied.errno, copied.strerror) == (error.code, error.errno, error.strerror)
     assert str(copied) == str(error)
+
+
+@pytest.mark.skipif(Backend.POLL not in BACKENDS, reason="POLL takes any fd number")
+def test_poll_takes_a_high_fd_number_no_file_has_without_memory_to_match() -> None:
+    """``POLL`` takes an ``int`` fd as it is, open or not (the wait retires it, SPEC 6.9):
+    a high number no open file has costs no memory in proportion to it.  The Context's
+    fd-indexed table grew to every number it was given, 8 bytes each: 128 MiB for 2**24,
+    16 GiB for 2**31-1.  The next wait reports the watcher, retired."""
+    with Context(Backend.POLL) as ctx:
+        tracemalloc.start()
+        try:
+            watcher = ctx.add(2**24, Event.READ)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20
+        assert ctx.wait(0) == [watcher]
+        assert watcher.is_active() is False
+        assert len(ctx) == 0
 
 
 def test_add_refuses_a_handle_whose_fileno_is_beyond_any_fd(ctx: Context) -> None:

@@ -48,6 +48,30 @@ _TIMER = Event.TIMER
 _PROCESS = Event.PROCESS
 
 
+# How far past the end of _by_fd an add() may grow it without asking whether the fd is open:
+# 8 KiB of list.  A longer jump is taken only for an open fd, whose number the OS's own
+# table of this process's files already covers; a number no open file has (an int fd, which
+# POLL takes as it is) stays out of the table, or 2**31-1 would cost 16 GiB of list.
+_TABLE_STEP = 1024
+
+if os.name == "nt":
+
+    def _fd_is_open(fd: int) -> bool:
+        # WSAPOLL's fds are socket handles, which no cheap call checks; their numbers
+        # stay small.
+        return True
+
+else:
+    import fcntl
+
+    def _fd_is_open(fd: int) -> bool:
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            return False
+        return True
+
+
 def _no_fd() -> int:
     # A timer watcher's fd probe: it answers the fd it was added with (-1), so the checks
     # of a stream's liveness always find a timer alive.
@@ -137,7 +161,9 @@ class ContextState(_Uncopyable):
     _self_ref: weakref.ref[ContextState]
     _watchers: dict[int, Watcher]
     # The same watchers as a list indexed by fd (None where there is none): how the C fast
-    # path finds a report's watcher without hashing.  Kept by _remember and _forget.
+    # path finds a report's watcher without hashing.  Kept by _remember and _forget.  It may
+    # end before a watched fd (see _TABLE_STEP): the C path leaves such a report to Python,
+    # which reads _watchers.
     _by_fd: list[Watcher | None]
     _buffered: dict[int, Watcher]  # watchers whose stream can hold bytes (pending())
     _stale_fds: set[int]  # fds the OS may still hold registrations for
@@ -187,13 +213,19 @@ class ContextState(_Uncopyable):
         self._refresh_fast_path()
 
     def _remember(self, watcher: Watcher) -> None:
-        """Record a new watcher under its fd: in both tables, or (MemoryError) in neither."""
+        """Record a new watcher under its fd: in ``_watchers``, and in ``_by_fd`` unless its
+        fd lies too far past the table's end and names no open file; all, or (MemoryError)
+        nothing."""
         fd = watcher._fd
         by_fd = self._by_fd
-        if fd >= len(by_fd):
-            by_fd.extend([None] * (fd + 1 - len(by_fd)))
-        self._watchers[fd] = watcher
-        by_fd[fd] = watcher  # allocates nothing: it cannot fail after the dict took it
+        end = len(by_fd)
+        watchers = self._watchers
+        if fd >= end and (fd - end < _TABLE_STEP or _fd_is_open(fd)):
+            # From _watchers, not None: an fd left out of a shorter table is found there.
+            by_fd.extend([watchers.get(number) for number in range(end, fd + 1)])
+        watchers[fd] = watcher
+        if fd < len(by_fd):
+            by_fd[fd] = watcher  # allocates nothing: it cannot fail after the dict took it
 
     def _remember_buffering(self, watcher: Watcher) -> None:
         """Also record a new watcher whose stream may hold bytes the OS cannot see (an
@@ -208,7 +240,7 @@ class ContextState(_Uncopyable):
     def _unadd(self, fd: int, source: SourceHandle | None) -> None:
         """Undo an ``add()`` that failed once the OS took ``fd`` (a ``MemoryError``, or a
         handle's own error): no record of it is left, and the OS forgets it (SPEC 1)."""
-        if self._watchers.pop(fd, None) is not None:
+        if self._watchers.pop(fd, None) is not None and fd < len(self._by_fd):
             self._by_fd[fd] = None
         if self._buffered.pop(fd, None) is not None:
             self._refresh_fast_path()
@@ -222,7 +254,8 @@ class ContextState(_Uncopyable):
     def _forget(self, fd: int) -> None:
         """Drop every record of ``fd``: its watcher, buffered bytes and left-over report."""
         del self._watchers[fd]
-        self._by_fd[fd] = None
+        if fd < len(self._by_fd):
+            self._by_fd[fd] = None
         buffered = self._buffered.pop(fd, None) is not None
         left_over = self._leftovers.pop(fd, None) is not None
         release = self._releases.pop(fd, None)

@@ -107,20 +107,20 @@ new_watcher(PyObject *self_ref, PyObject *fd, PyObject *handle, PyObject *probe,
     return watcher;
 }
 
-/* ContextState._remember(watcher): its fd's entries in _by_fd, an exact list (try_add()
- * checked), and in _watchers; both, or (MemoryError) neither. */
+/* ContextState._remember(watcher) for an fd inside _by_fd, an exact list (try_add() leaves
+ * the table's growth to Python): its entries in _watchers and _by_fd; both, or (MemoryError)
+ * neither.  A table that a call on the way (the mechanism's) cut short keeps it in
+ * _watchers alone, as Python keeps an fd the table does not reach. */
 static int
 remember(PyObject *watchers, PyObject *by_fd, PyObject *fd, long fd_value, PyObject *watcher)
 {
-    while (PyList_GET_SIZE(by_fd) <= fd_value) {
-        if (PyList_Append(by_fd, Py_None) < 0) {
-            return -1;
-        }
-    }
     if (PyDict_SetItem(watchers, fd, watcher) < 0) {
         return -1;
     }
-    return PyList_SetItem(by_fd, fd_value, Py_NewRef(watcher)); /* allocates nothing */
+    if (fd_value < PyList_GET_SIZE(by_fd)) {
+        PyList_SetItem(by_fd, fd_value, Py_NewRef(watcher)); /* allocates nothing */
+    }
+    return 0;
 }
 
 /* `except BaseException: self._unadd(fd, None); raise`, for an add() that failed once the
@@ -189,7 +189,9 @@ try_add(PyObject *self, PyObject *handle, PyObject *events, PyObject *data, PyOb
     if (stale == NULL) {
         goto finally;
     }
+    /* An fd past the end of _by_fd: Python grows the table, or decides not to. */
     if (!PyDict_CheckExact(watchers) || !PyList_CheckExact(by_fd) || !PyAnySet_CheckExact(stale)
+        || fd_value >= PyList_GET_SIZE(by_fd)
         || _PyType_Lookup(slots.context_type, reg.str_watcher_type)
                != (PyObject *)slots.watcher_type) {
         taken = NOT_TAKEN;
