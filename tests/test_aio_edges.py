@@ -4,10 +4,10 @@ selectors do and ``IoPollSelector`` must match.
 Each case was written against a single-point mutant of ``src/iopoll/aio.py`` that the
 other tests, CPython's asyncio suites through ``iopoll.aio`` included, let through (11 of
 30 tried; the others were caught, or change nothing a user can see): a cancelled writer
-handle, Nagle on IPv6 sockets made with proto 0, bool timeouts, a fd number reused after
-POLL or SELECT retired it (given as a bare int), a change of data alone through an equal
-int, ``get_map().get()`` of a closed object, ``data_received()`` raising, and a fd no C
-int holds.
+handle, Nagle on IPv6 sockets made with proto 0 (and, since, on MPTCP sockets), bool
+timeouts, a fd number reused after POLL or SELECT retired it (given as a bare int), a
+change of data alone through an equal int, ``get_map().get()`` of a closed object,
+``data_received()`` raising, and a fd no C int holds.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_cancelled_writer_handle_unregisters_its_fd_when_ready(make_loop: Any) -
         loop.close()
 
 
-# -- Nagle is off on IPv6 TCP transports made with proto 0 as well -------------------
+# -- Nagle is off on every TCP transport: IPv6 made with proto 0, MPTCP ---------------
 
 
 def _ipv6_loopback() -> bool:
@@ -76,11 +76,34 @@ def _ipv6_loopback() -> bool:
     return True
 
 
-@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
-def test_an_ipv6_tcp_transport_made_with_proto_0_has_nagle_off() -> None:
+def _mptcp() -> bool:
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_MPTCP).close()
+    except (AttributeError, OSError):  # before 3.10 on Linux, or a kernel without it
+        return False
+    return True
+
+
+STREAMS = [
+    pytest.param(
+        socket.AF_INET6, "::1", 0,
+        marks=pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback"),
+        id="ipv6-proto-0",
+    ),
+    pytest.param(
+        socket.AF_INET, "127.0.0.1", getattr(socket, "IPPROTO_MPTCP", -1),
+        marks=pytest.mark.skipif(not _mptcp(), reason="no MPTCP here"),
+        id="mptcp",
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "host", "proto"), STREAMS)
+def test_every_tcp_transport_has_nagle_off(family: int, host: str, proto: int) -> None:
     """docs/aio.md: "Nagle's algorithm is off on every TCP transport", whatever the
-    socket's proto; an AF_INET6 listener made as socket(AF_INET6, SOCK_STREAM) has proto 0
-    and so have the sockets it accepts."""
+    socket's proto, where asyncio turns it off only for ``IPPROTO_TCP``: an AF_INET6
+    listener made as socket(AF_INET6, SOCK_STREAM) has proto 0, and so have the sockets it
+    accepts; an MPTCP socket (multipath TCP) has ``IPPROTO_MPTCP``."""
 
     async def main() -> tuple[int, int]:
         server_nodelay: list[int] = []
@@ -90,14 +113,17 @@ def test_an_ipv6_tcp_transport_made_with_proto_0_has_nagle_off() -> None:
             server_nodelay.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
             writer.close()
 
-        listener = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)  # proto 0
-        listener.bind(("::1", 0))
-        assert listener.proto == 0
+        listener = socket.socket(family, socket.SOCK_STREAM, proto)
+        listener.bind((host, 0))
+        assert listener.proto == proto
         server = await asyncio.start_server(on_connect, sock=listener)
         port = listener.getsockname()[1]
-        client = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)  # proto 0
+        client = socket.socket(family, socket.SOCK_STREAM, proto)
+        # Connected before the loop sees it: sock_connect() would resolve the address with
+        # the socket's proto, which getaddrinfo() refuses for MPTCP.  The listener's backlog
+        # completes a loopback connect without an accept().
+        client.connect((host, port))
         client.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(client, ("::1", port))
         reader, writer = await asyncio.open_connection(sock=client)
         client_nodelay = writer.get_extra_info("socket").getsockopt(
             socket.IPPROTO_TCP, socket.TCP_NODELAY

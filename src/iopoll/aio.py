@@ -407,11 +407,12 @@ class _SocketTransport(_AsyncioSocketTransport):  # type: ignore[misc]
         # asyncio turns Nagle off (TCP_NODELAY) only where sock.proto is IPPROTO_TCP, and
         # a socket made as socket(AF_INET, SOCK_STREAM) has proto 0 although it is TCP:
         # uvicorn's multi-worker listener is one (uvicorn issue 3149), and every response
-        # written in two parts then waits for the client's delayed ACK, ~40 ms.  uvloop
-        # sets it on every TCP stream; so does this loop.
+        # written in two parts then waits for the client's delayed ACK, ~40 ms.  An MPTCP
+        # socket (IPPROTO_MPTCP) is TCP too.  uvloop sets it on every TCP stream; so does
+        # this loop.
         sock = self._sock
         if (sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
-                and sock.proto == 0 and hasattr(socket, "TCP_NODELAY")):
+                and sock.proto != socket.IPPROTO_TCP and hasattr(socket, "TCP_NODELAY")):
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
