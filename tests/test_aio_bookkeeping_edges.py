@@ -155,21 +155,16 @@ def test_a_failing_wait_raises_os_error() -> None:
     """poll() with more fds than RLIMIT_NOFILE fails with EINVAL: select() must raise
     that OSError, as PollSelector does, not return [] (asyncio would spin, none the
     wiser). Only EINTR is taken for an empty wait."""
-    import resource  # POSIX only, as POLL is
+    from fd_limit import lowered_fd_limit  # POSIX: resource
 
     pipes = [os.pipe() for _ in range(24)]
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         with IoPollSelector(Backend.POLL) as sel:
             for r, _ in pipes:
                 sel.register(r, R)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (16, hard))
-            try:
-                with pytest.raises(OSError) as caught:
-                    sel.select(0)
-            finally:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-            assert caught.value.errno == 22  # EINVAL
+            with lowered_fd_limit(16), pytest.raises(OSError) as caught:
+                sel.select(0)
+            assert caught.value.errno == errno.EINVAL
             assert sel.select(0) == []  # and usable again once the limit is back
     finally:
         for r, w in pipes:

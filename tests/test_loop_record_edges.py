@@ -4,8 +4,8 @@ driver.
 
 Each case was written against a single-point mutant of the C core
 (``iopoll/loop/_iopoll_ready.c``, ``_records.c``; 3 of the 67 run there and in
-``_speedups.c``) that left every other test green; the mutant is named in the test's
-docstring.  The pure-Python drivers (``PyIoPollDriver``, ``PySelectorsDriver``), the
+``_speedups.c``), or of the Context's C wait that the loop calls (``wait_each()``), that
+left every other test green; the mutant is named in the test's docstring.  The pure-Python drivers (``PyIoPollDriver``, ``PySelectorsDriver``), the
 reference, run the same tests, as ``test_loop_drivers.py`` runs the contract on all of
 them; with ``IOPOLL_PURE_PYTHON=1`` every driver is pure.
 """
@@ -119,3 +119,36 @@ def test_the_armed_timers_of_dropped_drivers_are_freed(make_driver: Callable[[],
     for _ in range(50):
         arm()
     assert timers() - before == 0
+
+
+def test_a_stream_serviced_over_many_ticks_is_freed_after(
+    make_driver: Callable[[], Driver],
+) -> None:
+    """A stream left readable for many ticks is freed once its callback is cancelled, the
+    driver closed and the stream dropped: the waits that reported it on every tick keep
+    no reference to its watcher, nor through it to the stream (mutant: the loop's C wait,
+    ``wait_each()``, kept each watcher it handed to the tick)."""
+    # Not the ``pairs`` fixture: it keeps its sockets, and this one must be freed.
+    near, far = socket.socketpair()
+    try:
+        freed = weakref.ref(near)
+        driver = make_driver()
+        ticks = [0]
+
+        def read(callback_id: str, stream: Any) -> None:
+            ticks[0] += 1  # the byte stays unread: ready again on the next tick
+            if ticks[0] == 50:
+                driver.cancel(callback_id)
+
+        driver.on_readable(near, read)
+        far.send(b"x")
+        driver.run()  # ends once the callback is cancelled: nothing else is referenced
+        assert ticks[0] == 50
+        driver.close()  # type: ignore[attr-defined]
+        del driver, read
+        near.close()
+        del near
+        gc.collect()
+        assert freed() is None
+    finally:
+        far.close()
