@@ -5,9 +5,10 @@ driver.
 Each case was written against a single-point mutant of the C core
 (``iopoll/loop/_iopoll_ready.c``, ``_records.c``; 3 of the 67 run there and in
 ``_speedups.c``), or of the Context's C wait that the loop calls (``wait_each()``), that
-left every other test green; the mutant is named in the test's docstring.  The pure-Python drivers (``PyIoPollDriver``, ``PySelectorsDriver``), the
-reference, run the same tests, as ``test_loop_drivers.py`` runs the contract on all of
-them; with ``IOPOLL_PURE_PYTHON=1`` every driver is pure.
+left every other test green; the mutant is named in the test's docstring.  The
+pure-Python drivers (``PyIoPollDriver``, ``PySelectorsDriver``), the reference, run the
+same tests, as ``test_loop_drivers.py`` runs the contract on all of them; with
+``IOPOLL_PURE_PYTHON=1`` every driver is pure.
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def test_a_stream_serviced_over_many_ticks_is_freed_after(
     ``wait_each()``, kept each watcher it handed to the tick)."""
     # Not the ``pairs`` fixture: it keeps its sockets, and this one must be freed.
     near, far = socket.socketpair()
-    try:
-        freed = weakref.ref(near)
+
+    def service(stream: socket.socket) -> int:
         driver = make_driver()
         ticks = [0]
 
@@ -140,12 +141,15 @@ def test_a_stream_serviced_over_many_ticks_is_freed_after(
             if ticks[0] == 50:
                 driver.cancel(callback_id)
 
-        driver.on_readable(near, read)
-        far.send(b"x")
+        driver.on_readable(stream, read)
         driver.run()  # ends once the callback is cancelled: nothing else is referenced
-        assert ticks[0] == 50
         driver.close()  # type: ignore[attr-defined]
-        del driver, read
+        return ticks[0]
+
+    try:
+        freed = weakref.ref(near)
+        far.send(b"x")
+        assert service(near) == 50
         near.close()
         del near
         gc.collect()
