@@ -1,8 +1,9 @@
-"""Process-wide helpers: a ``SIGALRM`` delivered during a call, and code run in a forked child.
+"""Process-wide helpers: a ``SIGALRM`` delivered during a call (``alarm``), a watchdog on a
+call that must return soon (``within``, built on it), and code run in a forked child.
 
-Both touch state the whole process shares (a signal handler and interval timer; the process
-itself), so each puts things back as it found them.  The suite's wait and lifecycle rules use
-them; so may any test, this project's own included.
+They touch state the whole process shares (a signal handler and interval timer; the process
+itself), so each puts things back as it found them.  The suite's rules use them; so may any
+test, this project's own included.
 """
 
 from __future__ import annotations
