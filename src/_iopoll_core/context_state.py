@@ -54,22 +54,22 @@ _PROCESS = Event.PROCESS
 # POLL takes as it is) stays out of the table, or 2**31-1 would cost 16 GiB of list.
 _TABLE_STEP = 1024
 
-if os.name == "nt":
-
-    def _fd_is_open(fd: int) -> bool:
-        # WSAPOLL's fds are socket handles, which no cheap call checks; their numbers
-        # stay small.
-        return True
-
-else:
+try:
     import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
-    def _fd_is_open(fd: int) -> bool:
-        try:
-            fcntl.fcntl(fd, fcntl.F_GETFD)
-        except OSError:
-            return False
+
+def _fd_is_open(fd: int) -> bool:
+    """Whether ``fd`` names an open file of this process; on Windows always true: WSAPOLL's
+    fds are socket handles, which no cheap call checks, and their numbers stay small."""
+    if fcntl is None:
         return True
+    try:
+        fcntl.fcntl(fd, fcntl.F_GETFD)
+    except OSError:
+        return False
+    return True
 
 
 def _no_fd() -> int:
