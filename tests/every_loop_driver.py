@@ -1,10 +1,12 @@
 """Every ``iopoll.loop`` driver, as pytest parameters: the C and pure-Python drivers on each
 backend here, ``SelectorsDriver`` in both forms, and a ``TracingDriver`` around the default
-one.  For the edge tests that hold every driver to the same rule."""
+one.  For the edge tests that hold every driver to the same rule.  Also ``with_test_clock``:
+a driver class on a clock the test sets."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from iopoll.loop import IoPollDriver, SelectorsDriver, TracingDriver
 from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
 
-__all__ = ["EVERY_DRIVER"]
+__all__ = ["EVERY_DRIVER", "with_test_clock"]
 
 EVERY_DRIVER = [
     pytest.param(SelectorsDriver, id="selectors"),
@@ -24,3 +26,24 @@ EVERY_DRIVER = [
     for make, name in ((IoPollDriver, "iopoll"), (PyIoPollDriver, "py-iopoll"))
     for backend in Backend.available_backends()
 ]
+
+
+def with_test_clock(base: type[Any], *, start: float, step: float = 0.0) -> type[Any]:
+    """``base`` on a test clock: ``clock`` starts at ``start`` and moves ``step`` seconds
+    at each reading (0: only when the test sets it), and a blocking wait moves it on
+    instead of sleeping.  The C dispatch calls ``_now`` and ``_poll`` by name, so it reads
+    this clock as the Python one does."""
+
+    class Clocked(base):  # type: ignore[misc]
+        clock = start
+
+        def _now(self) -> float:
+            self.clock += step
+            return self.clock
+
+        def _poll(self, timeout: float) -> None:
+            self.clock += timeout  # a blocking wait passes on the test clock only
+            super()._poll(0.0)
+
+    Clocked.__name__ = f"Clocked{base.__name__}"
+    return Clocked

@@ -34,6 +34,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from every_loop_driver import with_test_clock
 from iopoll.loop import InvalidCallbackError, IoPollDriver, SelectorsDriver, UncaughtError
 from iopoll.loop._abstract_driver import AbstractDriver
 from iopoll.loop._iopoll_driver import ACCELERATED, PyIoPollDriver
@@ -47,19 +48,8 @@ STEP = 0.0005  # what the test clock advances per reading, in seconds
 
 
 def _with_test_clock(base: type[AbstractDriver]) -> type[AbstractDriver]:  # type: ignore[type-arg]
-    class Clocked(base):  # type: ignore[valid-type,misc]
-        clock = 1000.0
-
-        def _now(self) -> float:
-            self.clock += STEP
-            return self.clock
-
-        def _poll(self, timeout: float) -> None:
-            self.clock += timeout  # a blocking wait passes on the test clock only
-            super()._poll(0.0)
-
-    Clocked.__name__ = f"Clocked{base.__name__}"
-    return Clocked
+    """``base`` on a clock that moves ``STEP`` at each reading."""
+    return with_test_clock(base, start=1000.0, step=STEP)
 
 
 PAIRS = [

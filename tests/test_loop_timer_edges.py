@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from every_loop_driver import EVERY_DRIVER
+from every_loop_driver import EVERY_DRIVER, with_test_clock
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
 from iopoll.loop._abstract_driver import AbstractDriver
 from iopoll.loop._iopoll_driver import PyIoPollDriver
@@ -66,27 +66,10 @@ def test_a_new_defer_is_referenced_and_keeps_run_going_until_it_ran(make: Any) -
         made.close()  # type: ignore[attr-defined]
 
 
-def _clocked(base: type[AbstractDriver[Any]]) -> Any:
-    """``base`` on a clock set by hand (``clock``), which a blocking wait moves on."""
-
-    class Clocked(base):  # type: ignore[valid-type,misc]
-        clock = 100.0
-
-        def _now(self) -> float:
-            return self.clock
-
-        def _poll(self, timeout: float) -> None:
-            self.clock += timeout  # a blocking wait passes on the test clock only
-            super()._poll(0.0)
-
-    Clocked.__name__ = f"Clocked{base.__name__}"
-    return Clocked
-
-
 @pytest.fixture(params=BASES, ids=lambda base: base.__name__)
 def driver(request: pytest.FixtureRequest) -> Any:
     """A driver of each class on a hand-set clock, closed after the test."""
-    made = _clocked(request.param)()
+    made = with_test_clock(request.param, start=100.0)()
     yield made
     made.close()
 
