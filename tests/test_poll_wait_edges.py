@@ -31,7 +31,7 @@ import pytest
 import iopoll
 import pure_iopoll
 from iopoll import Backend, Event, PollError
-from iopoll_conformance.process import within
+from iopoll_conformance.process import alarm, within
 
 pytestmark = pytest.mark.skipif(not Backend.POLL.is_available(), reason="needs POLL")
 
@@ -247,3 +247,32 @@ def test_a_wait_with_no_timeout_and_only_closed_streams_returns(
         keepers.append(os.dup(reader.fileno()))
         reader.close()
         assert within(2.0, lambda: ctx.wait(None), "wait(None)") == []
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+@pytest.mark.parametrize("module", MODULES)
+def test_waits_a_handler_ends_by_closing_the_context_leave_nothing(
+    module: ModuleType, pairs: MakePair
+) -> None:
+    """A signal handler that closes the Context during a blocking wait makes that wait
+    raise ``PollError`` (a closed Context's ``wait`` raises it, SPEC 4): the C wait hands
+    such a wait back to Python at once, the pure one once its timeout is over (the poll
+    goes on after the handler, PEP 475), and many of them leave no object behind."""
+    rounds = 100
+    _, reader = pairs()
+
+    def once() -> None:
+        ctx = module.Context(Backend.POLL)
+        ctx.add(reader, Event.READ)
+        closing = alarm(lambda signum, frame: ctx.close(), 0.001)
+        with closing, pytest.raises(PollError, match="closed"):
+            ctx.wait(0.01)
+
+    once()
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(rounds):
+        once()
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    assert grown < rounds // 4, grown
