@@ -28,17 +28,12 @@ from types import ModuleType
 
 import pytest
 
-import iopoll
-import pure_iopoll
 from iopoll import Backend, Event, PollError
 from iopoll_conformance.process import alarm, within
+from test_c_registration import MODULES  # iopoll (C when built) and the pure reference
 
 pytestmark = pytest.mark.skipif(not Backend.POLL.is_available(), reason="needs POLL")
 
-MODULES = [
-    pytest.param(iopoll, id="iopoll"),
-    pytest.param(pure_iopoll, id="pure_iopoll"),
-]
 
 MakePair = Callable[[], tuple[socket.socket, socket.socket]]  # conftest's ``pairs`` fixture
 
