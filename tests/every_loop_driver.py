@@ -1,11 +1,13 @@
 """Every ``iopoll.loop`` driver, as pytest parameters: the C and pure-Python drivers on each
 backend here, ``SelectorsDriver`` in both forms, and a ``TracingDriver`` around the default
-one.  For the edge tests that hold every driver to the same rule.  Also ``with_test_clock``:
-a driver class on a clock the test sets."""
+one.  For the edge tests that hold every driver to the same rule.  Also ``with_test_clock``
+(a driver class on a clock the test sets) and ``bytes_grown_in_run`` (what a run's
+callbacks leave allocated between two points)."""
 
 from __future__ import annotations
 
 import functools
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from iopoll.loop import IoPollDriver, SelectorsDriver, TracingDriver
 from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
 
-__all__ = ["EVERY_DRIVER", "with_test_clock"]
+__all__ = ["EVERY_DRIVER", "bytes_grown_in_run", "with_test_clock"]
 
 EVERY_DRIVER = [
     pytest.param(SelectorsDriver, id="selectors"),
@@ -47,3 +49,16 @@ def with_test_clock(base: type[Any], *, start: float, step: float = 0.0) -> type
 
     Clocked.__name__ = f"Clocked{base.__name__}"
     return Clocked
+
+
+def bytes_grown_in_run(driver: Any, snapshots: list[tracemalloc.Snapshot]) -> int:
+    """``driver.run()`` with allocations traced, and the bytes still allocated at the
+    second of the two snapshots its callbacks took into ``snapshots`` (by
+    ``tracemalloc.take_snapshot()``) that were not at the first."""
+    tracemalloc.start()
+    try:
+        driver.run()
+    finally:
+        tracemalloc.stop()
+    first, last = snapshots
+    return sum(stat.size_diff for stat in last.compare_to(first, "filename"))

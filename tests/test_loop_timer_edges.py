@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from every_loop_driver import EVERY_DRIVER, with_test_clock
+from every_loop_driver import EVERY_DRIVER, bytes_grown_in_run, with_test_clock
 from iopoll.loop import Driver, IoPollDriver, SelectorsDriver
 from iopoll.loop._abstract_driver import AbstractDriver
 from iopoll.loop._iopoll_driver import PyIoPollDriver
@@ -157,13 +157,7 @@ def test_zero_repeats_beside_a_pending_timer_do_not_grow_memory(driver: Any) -> 
     far = driver.delay(1e9, lambda cid: None)
     driver.repeat(0, tick)
     driver.repeat(0, lambda cid: None if runs < 5_500 else driver.cancel(cid))
-    tracemalloc.start()
-    try:
-        driver.run()
-    finally:
-        tracemalloc.stop()
-    first, last = snapshots
-    grown = sum(stat.size_diff for stat in last.compare_to(first, "filename"))
+    grown = bytes_grown_in_run(driver, snapshots)
     assert grown < 100_000, f"{grown} bytes more after 5,000 runs"
 
 
