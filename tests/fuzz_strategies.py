@@ -29,7 +29,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from _iopoll_core.errors import (
 )
 from _iopoll_core.events import Event
 from _iopoll_core.handles import Handle
+from iopoll_conformance.process import alarm
 
 __all__ = [
     "FUZZ",
@@ -1013,24 +1013,13 @@ class Hang(Exception):
 def hang_guard(seconds: float = 5.0) -> Iterator[None]:
     """Raise ``Hang`` in the block after ``seconds``: a wait the model says returns at once
     fails the test instead of sleeping out a timeout of 1e300 s.  pytest-timeout's own
-    SIGALRM timer, if any, is put back with the time it had left."""
+    SIGALRM timer, if any, is put back with the time it had left (``alarm()``)."""
 
     def on_alarm(signum: int, frame: object) -> None:
         raise Hang(f"still blocked after {seconds} s")
 
-    previous = signal.getsignal(signal.SIGALRM)
-    left, interval = signal.getitimer(signal.ITIMER_REAL)
-    started = time.monotonic()
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
+    with alarm(on_alarm, seconds):
         yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if left:
-            left = max(left - (time.monotonic() - started), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 @dataclass
