@@ -32,7 +32,6 @@ with the C code built over libkqueue.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import os
@@ -491,8 +490,9 @@ class DifferentialMachine(RuleBasedStateMachine):
         if form in BLOCKING and not self.surely_ready():
             form = "wait(0.0)"  # nothing surely ready: a blocking wait would hang
         call = DIFF_WAITS[form]
-        guard = fz.hang_guard(5.0) if form in BLOCKING else contextlib.nullcontext()
-        with guard:
+        # Every form, not only the blocking ones: a C wait that loses its timeout or its
+        # timer's cut would otherwise sleep out a LONG timer, past pytest-timeout's one alarm.
+        with fz.hang_guard(5.0):
             outcomes = self.both(form.replace("k", str(k)), lambda side: call(side.ctx, k))
         in_order = list if self.ORDERED else sorted
         views: list[Any] = [
