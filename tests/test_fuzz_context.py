@@ -862,7 +862,8 @@ WAIT_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
 
 
 def _wait_outcome(ctx: Any, call: Any) -> fz.Outcome:
-    outcome = fz.attempt(call)
+    with fz.hang_guard():  # something is always ready: a wait that blocks is a Hang
+        outcome = fz.attempt(call)
     if not outcome.raised:
         outcome.result = [w.data for w in outcome.result]
     return outcome
