@@ -14,6 +14,10 @@ same class with the fused pass off: the reference.
   rarely do (a one-shot writer whose buffer drains, bytes for a watcher that did not ask
   for them while its buffer is full, a listening socket's FIONREAD error, EBADF, an OSError
   from a signal handler).
+* The fused pass's own limits, each checked on a wait after the first one (the first
+  after an ``add()`` does not take the pass): a whole-second timeout longer than select()
+  takes, a due timer reported first and an armed one ending the wait, ``wait(None)``
+  blocking until a stream is ready.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -259,3 +265,63 @@ def test_a_listening_socket_takes_the_fused_path_once_a_peek_knew_it() -> None:
         assert reports == [[("listener", int(READ))]] * 4
         # The peek's wait, then the one that refreshes the fd lists; then none.
         assert translated == [[server.fileno()]] * 2
+
+
+# -- the fused pass itself (the first wait() after an add() does not take it) -----------------
+
+
+def test_polyfill_wait_takes_a_timeout_longer_than_select_does(pairs: MakePair) -> None:
+    """The polyfill's ``wait(timeout)`` with a whole-second timeout beyond what select()
+    takes returns what is ready, as a shorter one does (no OverflowError)."""
+    a, b = pairs()
+    b.send(b"x")
+    with fallback.Context() as ctx:
+        watcher = ctx.add(a, fallback.Event.READ)
+        for timeout in (2**40, 2**62):
+            assert ctx.wait(timeout) == [watcher]
+            assert watcher.triggered_events == fallback.Event.READ
+
+
+def test_polyfill_wait_reports_a_due_timer_with_a_ready_stream(pairs: MakePair) -> None:
+    """A timer that came due and a readable stream: the polyfill's ``wait(0)`` reports both,
+    the timer first (SPEC 10), on a wait after the first one too."""
+    a, b = pairs()
+    b.send(b"x")
+    with fallback.Context() as ctx:
+        reader = ctx.add(a, fallback.Event.READ)
+        timer = ctx.add(fallback.TimerHandle(0.1), fallback.Event.TIMER)
+        assert ctx.wait(0) == [reader]
+        time.sleep(0.2)
+        assert ctx.wait(0) == [timer, reader]
+        assert ctx.wait(0) == [reader]
+
+
+def test_polyfill_wait_ends_at_an_armed_timer(pairs: MakePair) -> None:
+    """The polyfill's ``wait(5)`` with an idle stream and a timer armed for 0.2 s returns
+    the timer at its deadline, not at the end of the 5 s, on a wait after the first one
+    too."""
+    a, _ = pairs()
+    with fallback.Context() as ctx:
+        ctx.add(a, fallback.Event.READ)
+        timer = ctx.add(fallback.TimerHandle(0.2), fallback.Event.TIMER)
+        assert ctx.wait(0) == []
+        started = time.monotonic()
+        assert ctx.wait(5) == [timer]
+        assert time.monotonic() - started < 2.5
+
+
+def test_polyfill_wait_none_blocks_until_a_stream_is_ready(pairs: MakePair) -> None:
+    """The polyfill's ``wait(None)`` with nothing ready yet blocks until a stream is ready
+    (here: bytes sent from another thread after 0.2 s), and reports it, on a wait after
+    the first one too."""
+    a, b = pairs()
+    with fallback.Context() as ctx:
+        watcher = ctx.add(a, fallback.Event.READ)
+        assert ctx.wait(0) == []
+        sender = threading.Timer(0.2, b.send, (b"x",))
+        sender.start()
+        try:
+            assert ctx.wait(None) == [watcher]
+        finally:
+            sender.join()
+        assert watcher.triggered_events == fallback.Event.READ
