@@ -49,6 +49,17 @@ def exited(pid: int) -> None:
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
 
 
+def watched_to_its_exit(process: subprocess.Popen[bytes]) -> tuple[ProcessHandle, int]:
+    """A handle of ``process``, once a context reported its exit, and its ``status``."""
+    handle = ProcessHandle.from_popen(process)
+    with Context() as ctx:
+        watcher = ctx.add(handle, Event.PROCESS)
+        assert ctx.wait(30) == [watcher]
+    status = handle.status
+    assert status is not None
+    return handle, status
+
+
 def open_fds() -> int:
     """How many fds this process has open."""
     return len(os.listdir("/proc/self/fd"))
@@ -62,12 +73,7 @@ def test_an_exit_code_above_127_is_reported_whole() -> None:
     """``status`` holds all 8 bits of the exit code: a child exiting with 200 decodes to
     200, and is the number ``os.waitpid`` gives afterwards."""
     with child("import sys; sys.exit(200)") as process:
-        handle = ProcessHandle.from_popen(process)
-        with Context() as ctx:
-            watcher = ctx.add(handle, Event.PROCESS)
-            assert ctx.wait(30) == [watcher]
-        status = handle.status
-        assert status is not None
+        _, status = watched_to_its_exit(process)
         assert os.waitstatus_to_exitcode(status) == 200
         _, raw = os.waitpid(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(raw)
@@ -78,7 +84,7 @@ def test_an_exit_code_above_127_is_reported_whole() -> None:
 @needs_waitid
 def test_status_is_known_without_any_context() -> None:
     """``status`` of a child that exited is its wait status even when no context ever
-    watched the handle; None while it runs."""
+    watched the handle."""
     with child("import sys; sys.exit(9)") as process:
         handle = ProcessHandle.from_popen(process)
         exited(process.pid)
@@ -185,15 +191,10 @@ def test_a_pidfd_numbered_zero_is_watched() -> None:
         with child("import sys; sys.exit(4)") as process:
             os.close(0)
             try:
-                handle = ProcessHandle.from_popen(process)
+                handle, status = watched_to_its_exit(process)
                 assert handle.fileno() == 0
-                with Context() as ctx:
-                    watcher = ctx.add(handle, Event.PROCESS)
-                    assert ctx.wait(30) == [watcher]
-                status = handle.status
-                assert status is not None
                 assert os.waitstatus_to_exitcode(status) == 4
-                del handle, watcher
+                del handle  # its pidfd closed before fd 0 is given back
                 gc.collect()
             finally:
                 os.dup2(saved, 0)
