@@ -613,6 +613,13 @@ loop_run(PyObject *self, PyObject *fresh)
         return NULL;
     }
     for (;;) {
+        /* The Python loop's back edge, where the interpreter runs pending signal handlers: a
+         * tick whose callbacks are all C callables (builtins, partials, Cython) and that
+         * never blocks (a stream left readable, a repeat(0)) would otherwise spin deaf to
+         * Ctrl-C and to every handler; the probe-first wait makes no EINTR to notice. */
+        if (PyErr_CheckSignals() < 0) {
+            return NULL;
+        }
         int stopped = truth(self, S.stopped);
         if (stopped != 0) {
             if (stopped < 0) {
