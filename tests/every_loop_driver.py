@@ -1,6 +1,8 @@
 """Every ``iopoll.loop`` driver, as pytest parameters: the C and pure-Python drivers on each
 backend here, ``SelectorsDriver`` in both forms, and a ``TracingDriver`` around the default
-one.  For the edge tests that hold every driver to the same rule.  Also ``with_test_clock``
+one.  For the edge tests that hold every driver to the same rule; a module that imports
+``every_driver`` has the fixture ``driver``, each driver made fresh and closed after the test.  Also
+``with_test_clock``
 (a driver class on a clock the test sets) and ``bytes_grown_in_run`` (what a run's
 callbacks leave allocated between two points)."""
 
@@ -8,16 +10,17 @@ from __future__ import annotations
 
 import functools
 import tracemalloc
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from iopoll import Backend
-from iopoll.loop import IoPollDriver, SelectorsDriver, TracingDriver
+from iopoll.loop import Driver, IoPollDriver, SelectorsDriver, TracingDriver
 from iopoll.loop._iopoll_driver import PyIoPollDriver
 from iopoll.loop._selectors_driver import PySelectorsDriver
 
-__all__ = ["EVERY_DRIVER", "bytes_grown_in_run", "with_test_clock"]
+__all__ = ["EVERY_DRIVER", "bytes_grown_in_run", "every_driver", "with_test_clock"]
 
 EVERY_DRIVER = [
     pytest.param(SelectorsDriver, id="selectors"),
@@ -28,6 +31,15 @@ EVERY_DRIVER = [
     for make, name in ((IoPollDriver, "iopoll"), (PyIoPollDriver, "py-iopoll"))
     for backend in Backend.available_backends()
 ]
+
+
+@pytest.fixture(params=EVERY_DRIVER, name="driver")
+def every_driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    """Each driver in turn, closed after the test."""
+    make: Callable[[], Driver] = request.param
+    made = make()
+    yield made
+    made.close()  # type: ignore[attr-defined]
 
 
 def with_test_clock(base: type[Any], *, start: float, step: float = 0.0) -> type[Any]:

@@ -28,19 +28,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from every_loop_driver import EVERY_DRIVER
+from every_loop_driver import (
+    EVERY_DRIVER,
+    every_driver,  # noqa: F401 (the fixture driver)
+)
 from iopoll.loop import Driver, InvalidCallbackError
 from iopoll.loop._callbacks import FdEntry
 from iopoll_conformance.process import alarm
-
-
-@pytest.fixture(params=EVERY_DRIVER)
-def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
-    """Each driver in turn, closed after the test."""
-    make: Callable[[], Driver] = request.param
-    made = make()
-    yield made
-    made.close()  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -13,26 +13,17 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from every_loop_driver import EVERY_DRIVER
+from every_loop_driver import every_driver  # noqa: F401 (the fixture driver)
 from iopoll.loop import Driver, UncaughtError
 
 greenlet = pytest.importorskip("greenlet")
 
 DEAD = "Suspension is dead: the event loop ended without resuming it"
-
-
-@pytest.fixture(params=EVERY_DRIVER)
-def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
-    """Each driver in turn, closed after the test."""
-    make: Callable[[], Driver] = request.param
-    made = make()
-    yield made
-    made.close()  # type: ignore[attr-defined]
 
 
 class Thrown(Exception):

@@ -14,21 +14,14 @@ from __future__ import annotations
 
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
 
 import pytest
 
-from every_loop_driver import EVERY_DRIVER, bytes_grown_in_run
+from every_loop_driver import (
+    bytes_grown_in_run,
+    every_driver,  # noqa: F401 (the fixture driver)
+)
 from iopoll.loop import Driver, UncaughtError
-
-
-@pytest.fixture(params=EVERY_DRIVER)
-def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
-    """Each driver in turn, closed after the test."""
-    make: Callable[[], Driver] = request.param
-    made = make()
-    yield made
-    made.close()  # type: ignore[attr-defined]
 
 
 def test_an_error_in_the_callback_that_stops_the_loop_ends_that_run(driver: Driver) -> None:
