@@ -7,8 +7,10 @@ Each case here was written against a single-point slip of that C code that left 
 the loop tests green: where a tick's signals go among its defers and its I/O, what
 ``sys.exc_info()`` shows to the error handler and to the callbacks after it, when a deferred
 function and the objects a callback is given are let go, and which callbacks a hang-up or
-an error on a pipe wakes; and that a tick running only C callables still runs signal
-handlers.  The pure-Python drivers, the reference, run the same tests; with
+an error on a pipe wakes; that a tick running only C callables still runs signal
+handlers; that a resumed microtask leaves the rest of the queue to the loop greenlet; and
+that a zero delay in the FIFO runs when its tick's activation emptied the timer heap.  The
+pure-Python drivers, the reference, run the same tests; with
 ``IOPOLL_PURE_PYTHON=1`` every driver is pure.
 """
 
@@ -25,6 +27,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -366,3 +369,80 @@ def test_a_loop_that_runs_only_c_callables_still_runs_signal_handlers(
     assert sink  # the callback ran, over and over
     driver.cancel(busy_id)
     driver.cancel(backstop)
+
+
+def test_a_microtask_queued_by_a_resumed_microtask_runs_in_the_loop_greenlet(
+    driver: Driver,
+) -> None:
+    """A microtask that suspends hands the loop to a successor greenlet; once resumed, it
+    finishes in its own greenlet and goes no further. A microtask it queued on its way out
+    runs in the loop greenlet after it, as every callback does, not in the resumed one
+    (which would then go on draining the queue beside the loop)."""
+    greenlet = pytest.importorskip("greenlet")
+    seen: list[tuple[str, object]] = []
+    suspensions: list[Any] = []
+
+    def suspending() -> None:
+        suspension = driver.get_suspension()
+        suspensions.append(suspension)
+        seen.append(("suspended", greenlet.getcurrent()))
+        suspension.suspend()
+        seen.append(("resumed", greenlet.getcurrent()))
+        driver.queue(lambda: seen.append(("queued on the way out", greenlet.getcurrent())))
+
+    def resuming() -> None:
+        seen.append(("resuming", greenlet.getcurrent()))
+        suspensions[0].resume()
+
+    driver.queue(suspending)
+    driver.defer(lambda callback_id: driver.queue(resuming))
+    driver.run()
+    assert [step for step, _ in seen] == [
+        "suspended",
+        "resuming",
+        "resumed",
+        "queued on the way out",
+    ]
+    (_, suspended), (_, loop), (_, resumed), (_, queued) = seen
+    assert resumed is suspended
+    assert loop is not suspended
+    assert queued is loop
+
+
+def test_a_zero_delay_runs_after_the_activation_that_started_its_tick_emptied_the_heap(
+    driver: Driver, pairs: Callable[[], tuple[socket.socket, socket.socket]]
+) -> None:
+    """A zero delay activated while the timer heap held timers waits behind them in the
+    FIFO of zero-interval timers. If the rest of that activation empties the heap (a
+    stream's ``fileno()``, which activation calls, cancels the heap's timers, and their
+    sweep drops every entry), the delay still runs in that tick: the FIFO is read whether
+    the heap holds anything or not. (65 timers: the sweep comes at the 65th cancellation,
+    after which nothing is left.)"""
+    near, _far = pairs()
+    far_timers = [driver.delay(100, lambda callback_id: None) for _ in range(65)]
+    driver.defer(lambda callback_id: driver.stop())
+    driver.run()  # the 65 timers are in the heap now
+
+    class CancellingStream:
+        """``near``, whose ``fileno()`` cancels ``doomed`` (once armed)."""
+
+        def __init__(self) -> None:
+            self.doomed: list[str] = []
+
+        def fileno(self) -> int:
+            doomed, self.doomed = self.doomed, []
+            for callback_id in doomed:
+                driver.cancel(callback_id)
+            return near.fileno()
+
+    ran: list[str] = []
+    zero = driver.delay(0, ran.append)  # activated first: into the FIFO behind the heap
+    stream = CancellingStream()
+    driver.unreference(driver.on_readable(stream, lambda callback_id, ready: None))
+    stream.doomed = far_timers  # the activation's fileno() call cancels them
+    started = time.monotonic()
+    with alarm(_interrupt, 5.0):
+        driver.run()
+    assert ran == [zero]
+    assert time.monotonic() - started < 1
+    assert not getattr(driver, "_timers", [])  # the heap was emptied, as the test means
