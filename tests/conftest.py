@@ -13,7 +13,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "slow: runs for tens of seconds, or repeats what one Python version shows; tox runs "
-        "these on py311 only (deselect with -m 'not slow')",
+        "these once, in its slow env (deselect with -m 'not slow')",
     )
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import bench_http  # noqa: E402
 from benchmarks.bench_http import Load, Results  # noqa: E402
 
-# The benchmark is the same code on every Python version: tox runs it on py311 only.
+# The benchmark is the same code on every Python version: tox runs it once, in its slow env.
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="CPU time from /proc"),
     pytest.mark.slow,

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import roundtrip  # noqa: E402
 
-# The benchmarks are the same code on every Python version: tox runs them on py311 only.
+# The benchmarks are the same code on every Python version: tox runs them once, in its slow env.
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="the tables name epoll columns"),
     pytest.mark.slow,

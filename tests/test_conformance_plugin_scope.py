@@ -18,7 +18,7 @@ from iopoll_conformance.loop import DriverConformance
 from iopoll_conformance.plugin import ConformanceSummary, is_suite_class
 
 # Each case runs pytest in a subprocess: what they check is the plugin's, the same on every
-# Python version, so tox runs them once (py311; see tox.ini).
+# Python version, so tox runs them once (its slow env; see tox.ini).
 pytestmark = pytest.mark.slow
 
 SUMMARY = "iopoll conformance summary"

@@ -6,7 +6,7 @@ The command-line and plugin cases run the real command or pytest in a subprocess
 generated test module, as a third party would; the helpers run in this process (``alarm``
 on the main thread's real ``SIGALRM`` and interval timer, ``in_child`` with a real fork).
 The subprocess cases are marked slow: what they check is the same on every Python version,
-so tox runs them once (py311; see tox.ini).
+so tox runs them once (its slow env; see tox.ini).
 """
 
 from __future__ import annotations

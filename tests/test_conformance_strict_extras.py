@@ -20,7 +20,7 @@ import pytest
 from iopoll_conformance.groups.extras import StrictExtraRules
 
 # Each case runs the suite's command line in a subprocess: what they check is the plugin's,
-# the same on every Python version, so tox runs them once (py311; see tox.ini).
+# the same on every Python version, so tox runs them once (its slow env; see tox.ini).
 pytestmark = pytest.mark.slow
 
 EXTRAS = sorted(name for name in vars(StrictExtraRules) if name.startswith("test_"))

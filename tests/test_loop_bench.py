@@ -10,7 +10,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-# The benchmark is the same code on every Python version: tox runs it on py311 only.
+# The benchmark is the same code on every Python version: tox runs it once, in its slow env.
 pytestmark = pytest.mark.slow
 
 

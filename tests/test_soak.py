@@ -3,7 +3,7 @@ time, and proof that its checks can fail.
 
 The slow tests run each target in a subprocess, as a user would, for ``CONTEXT_SECONDS`` or
 ``TRAFFIC_SECONDS``: 7 Context targets and 8 loop/aio targets here, about a minute and a half
-in all (tox runs them on py311 only; ``python -m benchmarks.soak`` runs as long as asked).
+in all (tox runs them once, in its slow env; ``python -m benchmarks.soak`` runs as long as asked).
 ``IOPOLL_SOAK_SEED`` picks the seed (default ``SEED``); a failure prints the command that
 replays it.
 
