@@ -1,10 +1,9 @@
 """Every ``iopoll.loop`` driver, as pytest parameters: the C and pure-Python drivers on each
 backend here, ``SelectorsDriver`` in both forms, and a ``TracingDriver`` around the default
-one.  For the edge tests that hold every driver to the same rule; a module that imports
-``every_driver`` has the fixture ``driver``, each driver made fresh and closed after the test.  Also
-``with_test_clock``
-(a driver class on a clock the test sets) and ``bytes_grown_in_run`` (what a run's
-callbacks leave allocated between two points)."""
+one.  For the edge tests that hold every driver to the same rule: a module that imports
+``every_driver`` has the fixture ``driver``, each driver made fresh and closed after the
+test.  Also ``with_test_clock`` (a driver class on a clock the test sets) and
+``bytes_grown_in_run`` (what a run's callbacks leave allocated between two points)."""
 
 from __future__ import annotations
 
