@@ -416,12 +416,14 @@ def test_a_zero_delay_runs_after_the_activation_that_started_its_tick_emptied_th
     FIFO of zero-interval timers. If the rest of that activation empties the heap (a
     stream's ``fileno()``, which activation calls, cancels the heap's timers, and their
     sweep drops every entry), the delay still runs in that tick: the FIFO is read whether
-    the heap holds anything or not. (65 timers: the sweep comes at the 65th cancellation,
-    after which nothing is left.)"""
+    the heap holds anything or not. (One timer past the dead entries tolerated: the sweep
+    comes at the last cancellation, after which nothing is left.)"""
+    from iopoll.loop._registry import _SWEEP_DEAD_TIMERS
+
     near, _far = pairs()
-    far_timers = [driver.delay(100, lambda callback_id: None) for _ in range(65)]
+    timers = [driver.delay(100, lambda callback_id: None) for _ in range(_SWEEP_DEAD_TIMERS + 1)]
     driver.defer(lambda callback_id: driver.stop())
-    driver.run()  # the 65 timers are in the heap now
+    driver.run()  # the timers are in the heap now
 
     class CancellingStream:
         """``near``, whose ``fileno()`` cancels ``doomed`` (once armed)."""
@@ -439,7 +441,7 @@ def test_a_zero_delay_runs_after_the_activation_that_started_its_tick_emptied_th
     zero = driver.delay(0, ran.append)  # activated first: into the FIFO behind the heap
     stream = CancellingStream()
     driver.unreference(driver.on_readable(stream, lambda callback_id, ready: None))
-    stream.doomed = far_timers  # the activation's fileno() call cancels them
+    stream.doomed = timers  # the activation's fileno() call cancels them
     started = time.monotonic()
     with alarm(_interrupt, 5.0):
         driver.run()

@@ -93,6 +93,9 @@ __all__ = ["CallbackRegistry"]
 
 # The least length of _unindexed at which it is swept of its ended records.
 _SWEEP_UNINDEXED = 1024
+# The dead timer entries tolerated before the heap and the FIFO are swept of them (and then
+# only once they are half of all entries).
+_SWEEP_DEAD_TIMERS = 64
 _ENABLED = operator.attrgetter("enabled")
 
 
@@ -508,7 +511,7 @@ class CallbackRegistry(Driver):
             if callback.entry is not None:
                 callback.entry = None
                 self._dead_timers += 1
-                if self._dead_timers > 64 and self._dead_timers * 2 > (
+                if self._dead_timers > _SWEEP_DEAD_TIMERS and self._dead_timers * 2 > (
                     len(self._timers) + len(self._fifo_timers)
                 ):
                     self._sweep_timers()
